@@ -1,0 +1,46 @@
+// Package lease holds the messages that Fuge's three pure cores exchange: the
+// manager's lease core (package manager), the Owner core (package ownerguard)
+// and the Lookup core (package lb). It imports only ring; the protobuf types of
+// the wire API convert to and from these at the edge.
+//
+// # Owner–manager protocol (Centrifuge §2.3, PRS §4.3)
+//
+// An owner opens a session by sending a LeaseRequest with Seq 1 under a fresh
+// incarnation nonce. It then sends a LeaseRequest every T/4, and also at once
+// after a response changed what it holds. Each request carries the complete
+// set of leases it holds and wants renewed. The manager answers every accepted
+// request, and also writes on its own when it recalls or grants, with a
+// LeaseResponse carrying the complete set it renews and, separately, the
+// leases it newly grants. A lease held by the owner and absent from both lists
+// is recalled: the owner drops it at once. A renewal of a lease the owner does
+// not hold (it restarted, or the lease expired locally) is refused: the owner
+// does not take it, and its next request omits it, so the manager frees the
+// range and grants it anew under a new generation.
+//
+// Clocks (Centrifuge §2.3.1): every message from the manager acknowledges one
+// request (AckSeq). The owner holds everything in an accepted response until
+// T after the moment it sent that request, by its own clock; the manager keeps
+// those leases unavailable to others until T·65/60 after it received that
+// request, by its clock. If clock rates differ by less than 65/60, the owner's
+// belief ends before the manager's hold does.
+//
+// Races (Centrifuge §2.3.2): every message carries the sender's incarnation
+// nonce and sequence number and the last nonce and sequence number it heard
+// from the peer. A receiver drops a message whose sequence number is not newer
+// than the last it heard (a duplicate or a late message), and drops as racing a
+// message that does not acknowledge the receiver's own latest message; it still
+// records the racing message's sequence number, and re-sends a fresh message of
+// its own after a random backoff. A message addressed to another incarnation
+// is dropped.
+//
+// # Lookup–manager protocol (Centrifuge §2.2.1, PRS §4.2)
+//
+// The manager keeps a change log of the lookups' view of the lease table:
+// each change sets a range to (owner, address, generation) and has a log
+// sequence number (LSN). A lookup asks with the manager nonce and LSN it has;
+// the manager answers with the changes after that LSN, or with a snapshot of
+// the whole table when the log was truncated past it, when the nonce differs,
+// or when the snapshot is smaller than the changes. Generations per range only
+// grow; a lookup signals loss on every range whose generation changed, except
+// when the change is marked as a clean migration.
+package lease

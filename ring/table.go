@@ -1,0 +1,161 @@
+package ring
+
+import "slices"
+
+// Table partitions the whole circle into arcs, each carrying a value. Arc i
+// is (end[i-1], end[i]], and arc 0 wraps: (end[n-1], end[0]]. A Table always
+// has at least one arc; a fresh Table is one arc with the zero value.
+//
+// The lease table, an owner's held set and a lookup's copy of the lease table
+// are Tables. The zero Table is not usable; use NewTable.
+type Table[V comparable] struct {
+	ends []uint64
+	vals []V
+}
+
+// NewTable returns a table holding v on the whole circle.
+func NewTable[V comparable](v V) *Table[V] {
+	return &Table[V]{ends: []uint64{0}, vals: []V{v}}
+}
+
+// Clone returns a deep copy.
+func (t *Table[V]) Clone() *Table[V] {
+	return &Table[V]{ends: slices.Clone(t.ends), vals: slices.Clone(t.vals)}
+}
+
+// Len is the number of arcs.
+func (t *Table[V]) Len() int { return len(t.ends) }
+
+// At returns arc i and its value.
+func (t *Table[V]) At(i int) (Range, V) {
+	return t.arc(i), t.vals[i]
+}
+
+// Value returns the value of arc i.
+func (t *Table[V]) Value(i int) V { return t.vals[i] }
+
+// SetValue replaces the value of arc i.
+func (t *Table[V]) SetValue(i int, v V) { t.vals[i] = v }
+
+func (t *Table[V]) arc(i int) Range {
+	if len(t.ends) == 1 {
+		return Range{Start: t.ends[0], End: t.ends[0]}
+	}
+	p := i - 1
+	if p < 0 {
+		p = len(t.ends) - 1
+	}
+	return Range{Start: t.ends[p], End: t.ends[i]}
+}
+
+// Find returns the index of the arc containing h. It does not allocate.
+func (t *Table[V]) Find(h uint64) int {
+	es := t.ends
+	lo, hi := 0, len(es)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if es[m] < h {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == len(es) {
+		return 0
+	}
+	return lo
+}
+
+// Get returns the value at h.
+func (t *Table[V]) Get(h uint64) V { return t.vals[t.Find(h)] }
+
+// Split makes x an arc boundary (the end of an arc), copying the value of the
+// arc that contained it. It returns the index of the arc that now ends at x.
+func (t *Table[V]) Split(x uint64) int {
+	i := t.Find(x)
+	if t.ends[i] == x {
+		return i
+	}
+	// Arc i = (prev, ends[i]] contains x; it becomes (prev, x] and (x, ends[i]].
+	// When i == 0 wraps and x is past the last end, the new end goes last.
+	if x > t.ends[len(t.ends)-1] {
+		t.ends = append(t.ends, x)
+		t.vals = append(t.vals, t.vals[i])
+		return len(t.ends) - 1
+	}
+	t.ends = slices.Insert(t.ends, i, x)
+	t.vals = slices.Insert(t.vals, i, t.vals[i])
+	return i
+}
+
+// Refine splits the table at every boundary of r.
+func (t *Table[V]) Refine(r Range) {
+	t.Split(r.Start)
+	if r.End != r.Start {
+		t.Split(r.End)
+	}
+}
+
+// Span returns the indices of the arcs that make up r after Refine(r), in
+// clockwise order starting after r.Start. It calls Refine itself.
+func (t *Table[V]) Span(r Range, fn func(i int)) {
+	t.Refine(r)
+	// The first arc of r is the one after the arc ending at r.Start.
+	i := t.Find(r.Start) + 1
+	n := len(t.ends)
+	for k := 0; k < n; k++ {
+		j := (i + k) % n
+		fn(j)
+		if t.ends[j] == r.End {
+			return
+		}
+	}
+}
+
+// Set assigns v to every point of r.
+func (t *Table[V]) Set(r Range, v V) {
+	t.Span(r, func(i int) { t.vals[i] = v })
+}
+
+// Each calls fn for every arc in order of end position.
+func (t *Table[V]) Each(fn func(r Range, v V)) {
+	for i := range t.ends {
+		fn(t.arc(i), t.vals[i])
+	}
+}
+
+// Compact merges adjacent arcs with equal values (including across the wrap).
+func (t *Table[V]) Compact() {
+	n := len(t.ends)
+	if n <= 1 {
+		return
+	}
+	ends := t.ends[:0:0]
+	vals := t.vals[:0:0]
+	for i := 0; i < n; i++ {
+		// Arc i merges into arc i+1 (which ends later) when values are equal.
+		if i+1 < n && t.vals[i] == t.vals[i+1] {
+			continue
+		}
+		ends = append(ends, t.ends[i])
+		vals = append(vals, t.vals[i])
+	}
+	// The last kept arc and the first kept arc meet at the wrap.
+	if len(ends) > 1 && vals[0] == vals[len(vals)-1] {
+		ends = ends[:len(ends)-1]
+		vals = vals[:len(vals)-1]
+	}
+	t.ends, t.vals = ends, vals
+}
+
+// Equal reports whether two tables give the same value at every point.
+func Equal[V comparable](a, b *Table[V]) bool {
+	x, y := a.Clone(), b.Clone()
+	for _, e := range a.ends {
+		y.Split(e)
+	}
+	for _, e := range b.ends {
+		x.Split(e)
+	}
+	return slices.Equal(x.ends, y.ends) && slices.Equal(x.vals, y.vals)
+}
