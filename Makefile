@@ -1,0 +1,49 @@
+# Fuge development tasks. Run `make` (or `make help`) to list them.
+# Each target is a single command; anything longer lives in scripts/.
+
+.DEFAULT_GOAL := help
+
+FUZZTIME ?= 30s ## time each fuzz target runs (make fuzz)
+BENCH    ?= .   ## regexp selecting benchmarks (make bench)
+SEEDS    ?= 200 ## number of simulator seeds (make sim)
+FIRST    ?=     ## first simulator seed; the simulator's default is 1 (make sim)
+SEED     ?=     ## replay this one simulator seed, verbosely (make sim)
+
+help: ## Show this help
+	@echo 'usage: make <target> [VAR=value ...]'
+	@echo
+	@echo 'targets:'
+	@awk -F ':.*## ' '/^[a-z][a-z0-9_-]*:.*## / { printf "  %-6s  %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@echo
+	@echo 'variables:'
+	@awk -F ' *[?]= *| *## ' '/^[A-Z_]+ *[?]=.*## / { printf "  %-8s  %s%s\n", $$1, $$3, ($$2 == "" ? "" : " [" $$2 "]") }' $(MAKEFILE_LIST)
+
+test: ## Run every test with the race detector (what CI runs)
+	scripts/test.sh
+
+vet: ## Run go vet and staticcheck (installed into ./bin)
+	scripts/vet.sh
+
+fmt: ## Fail if any Go file is not gofmt-formatted
+	scripts/fmt.sh
+
+fuzz: ## Run every fuzz target for FUZZTIME each
+	FUZZTIME='$(strip $(FUZZTIME))' scripts/fuzz.sh
+
+bench: ## Run the benchmarks matching BENCH, with allocations
+	go test -run '^$$' -bench '$(strip $(BENCH))' -benchmem ./...
+
+sim: ## Run the simulator over SEEDS seeds, or replay SEED
+	SEEDS='$(strip $(SEEDS))' FIRST='$(strip $(FIRST))' SEED='$(strip $(SEED))' scripts/sim.sh
+
+demo: ## Run the demo (for now, the protocol simulator over 20 seeds)
+	scripts/demo.sh
+
+tidy: ## Tidy go.mod and go.sum
+	go mod tidy
+
+clean: ## Remove ./bin and the Go test cache
+	rm -rf bin
+	go clean -testcache
+
+.PHONY: help test vet fmt fuzz bench sim demo tidy clean

@@ -1,0 +1,104 @@
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/fuge-project/fuge/ring"
+)
+
+// Errors returned by the lease core.
+var (
+	ErrConfig           = errors.New("manager: invalid configuration")
+	ErrUnknownNamespace = errors.New("manager: unknown namespace")
+	ErrNamespaceExists  = errors.New("manager: namespace exists")
+	ErrUnknownOwner     = errors.New("manager: unknown owner")
+	ErrBadRequest       = errors.New("manager: bad request")
+)
+
+// Config configures the lease core. Durations are in the manager's own clock.
+type Config struct {
+	// Nonce identifies this manager incarnation (PRS §4.2); nonzero.
+	Nonce uint64
+	// LeaseDuration is the default owner lease T for new namespaces
+	// (default 60 s). The manager holds a lease for T·65/60.
+	LeaseDuration time.Duration
+	// LogRetention is how long the change log keeps a change (default 5 min).
+	LogRetention time.Duration
+	// RaceBackoffMin and RaceBackoffMax bound the random delay before the
+	// manager re-sends after dropping a racing request (defaults T/600, T/60).
+	RaceBackoffMin, RaceBackoffMax time.Duration
+	// Rand draws the backoff; nil means a source seeded from Nonce.
+	Rand *rand.Rand
+	// DisableRaceFilter turns off the sequence-number checks. Only for the
+	// simulator's negative controls: it breaks the single-copy guarantee.
+	DisableRaceFilter bool
+}
+
+// DefaultConfig returns the documented defaults (with Nonce 1).
+func DefaultConfig() Config {
+	return Config{
+		Nonce:          1,
+		LeaseDuration:  60 * time.Second,
+		LogRetention:   5 * time.Minute,
+		RaceBackoffMin: 100 * time.Millisecond,
+		RaceBackoffMax: time.Second,
+	}
+}
+
+// Validate checks the fields against each other.
+func (c Config) Validate() error {
+	switch {
+	case c.Nonce == 0:
+		return fmt.Errorf("%w: Nonce must be nonzero", ErrConfig)
+	case c.LeaseDuration <= 0:
+		return fmt.Errorf("%w: LeaseDuration %v must be positive", ErrConfig, c.LeaseDuration)
+	case c.LogRetention <= 0:
+		return fmt.Errorf("%w: LogRetention %v must be positive", ErrConfig, c.LogRetention)
+	case c.RaceBackoffMin <= 0 || c.RaceBackoffMax < c.RaceBackoffMin:
+		return fmt.Errorf("%w: race backoff [%v, %v] must be positive and ordered", ErrConfig, c.RaceBackoffMin, c.RaceBackoffMax)
+	case c.RaceBackoffMax >= c.LeaseDuration/4:
+		return fmt.Errorf("%w: race backoff %v must be well under the renewal interval %v", ErrConfig, c.RaceBackoffMax, c.LeaseDuration/4)
+	}
+	return nil
+}
+
+// NamespaceConfig describes one pool of owners.
+type NamespaceConfig struct {
+	Name string
+	// RingSize is R = Σ V_h, a power of two (default 4096).
+	RingSize int
+	// Header is the routing header (default X-Fuge-Key); the core only
+	// stores it for the services built on it.
+	Header string
+	// LeaseDuration is the owner lease T; 0 means Config.LeaseDuration.
+	LeaseDuration time.Duration
+}
+
+// HoldDuration is how long the manager keeps a lease unavailable to others
+// after receiving the request it answers: T·65/60 (Centrifuge §2.3.1).
+func HoldDuration(t time.Duration) time.Duration { return t / 60 * 65 }
+
+func (nc *NamespaceConfig) defaults(c Config) error {
+	if nc.Name == "" {
+		return fmt.Errorf("%w: namespace name is empty", ErrBadRequest)
+	}
+	if nc.RingSize == 0 {
+		nc.RingSize = 4096
+	}
+	if !ring.ValidRingSize(nc.RingSize) {
+		return fmt.Errorf("%w: namespace %q: %w: %d", ErrBadRequest, nc.Name, ring.ErrRingSize, nc.RingSize)
+	}
+	if nc.Header == "" {
+		nc.Header = "X-Fuge-Key"
+	}
+	if nc.LeaseDuration == 0 {
+		nc.LeaseDuration = c.LeaseDuration
+	}
+	if nc.LeaseDuration < 0 {
+		return fmt.Errorf("%w: namespace %q: negative lease duration", ErrBadRequest, nc.Name)
+	}
+	return nil
+}

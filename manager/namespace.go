@@ -1,0 +1,386 @@
+package manager
+
+import (
+	"slices"
+	"time"
+
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
+)
+
+// State is the manager's state of one arc of the lease table.
+type State uint8
+
+// Arc states.
+const (
+	Free      State = iota // no owner may hold it; grantable
+	Granted                // held by its holder
+	Recalling              // recalled from its holder; not yet released or expired
+)
+
+func (s State) String() string {
+	switch s {
+	case Free:
+		return "free"
+	case Granted:
+		return "granted"
+	case Recalling:
+		return "recalling"
+	}
+	return "?"
+}
+
+// arc is the value of one arc of the lease table. It is comparable so that
+// adjacent equal arcs merge.
+type arc struct {
+	holder    string // owner name; "" when free
+	gen       lease.Gen
+	st        State
+	confirmed bool  // the holder listed it since the grant: send as renewal, never re-grant
+	clean     bool  // freed by a clean migration: its new generation is not a loss
+	expiry    int64 // manager-side hold end, unix nanoseconds; 0 when free
+}
+
+// session is one incarnation of an owner, as the manager knows it.
+type session struct {
+	name, addr string
+	nonce      uint64 // the owner's incarnation nonce
+	mySeq      uint64 // last seq sent to this incarnation
+	peerSeq    uint64 // last seq heard from it
+	lastRecv   time.Time
+	resendAt   time.Time // pending re-send after a dropped racing request
+	draining   bool
+}
+
+// namespace is one pool: its owners, lease table and change log.
+type namespace struct {
+	m              *Manager
+	cfg            NamespaceConfig
+	hold           time.Duration
+	sessions       map[string]*session
+	retired        map[string][]uint64 // per owner name, nonces of ended incarnations
+	addrs          map[string]string   // last known address per owner name
+	desired        *ring.Ring
+	membersChanged bool
+	table          *ring.Table[arc]
+	view           *ring.Table[viewVal]
+	nextGen        lease.Gen
+	stepGen        lease.Gen // the generation given to arcs freed in the current step
+	seq            uint64    // last sequence number sent to any session: monotonic per peer even when a session is re-created
+	log            changeLog
+	dirty          map[string]bool // sessions to write to at the end of the step
+}
+
+const maxRetired = 16
+
+func newNamespace(m *Manager, nc NamespaceConfig, now time.Time) *namespace {
+	n := &namespace{
+		m:        m,
+		cfg:      nc,
+		hold:     HoldDuration(nc.LeaseDuration),
+		sessions: map[string]*session{},
+		retired:  map[string][]uint64{},
+		addrs:    map[string]string{},
+		nextGen:  1,
+		dirty:    map[string]bool{},
+	}
+	n.desired, _ = ring.New(nil)
+	n.table = ring.NewTable(arc{gen: 1})
+	n.view = ring.NewTable(viewVal{Gen: 1})
+	n.log.init(now)
+	return n
+}
+
+func (n *namespace) retire(name string, nonce uint64) {
+	r := append(n.retired[name], nonce)
+	if len(r) > maxRetired {
+		r = r[len(r)-maxRetired:]
+	}
+	n.retired[name] = r
+}
+
+// request handles one LeaseRequest (Centrifuge §2.3).
+func (n *namespace) request(req lease.LeaseRequest, now time.Time) Output {
+	st := &n.m.stats
+	st.Requests++
+	filter := !n.m.cfg.DisableRaceFilter
+	s := n.sessions[req.Owner]
+	opening := false
+	if s == nil || s.nonce != req.Nonce {
+		if slices.Contains(n.retired[req.Owner], req.Nonce) {
+			st.DroppedOld++ // a late message from an ended incarnation
+			return n.step(now, nil)
+		}
+		if s != nil {
+			// A new incarnation under the same name: the old one is gone
+			// (a name is one process at a time). Whatever it held can only
+			// be renewed, which the new incarnation refuses, so every range
+			// it held gets a new generation and a loss notification.
+			n.retire(s.name, s.nonce)
+			for i := 0; i < n.table.Len(); i++ {
+				if a := n.table.Value(i); a.holder == req.Owner && a.st != Free {
+					a.confirmed = true
+					n.table.SetValue(i, a)
+				}
+			}
+		} else {
+			n.membersChanged = true
+		}
+		s = &session{name: req.Owner, addr: req.Addr, nonce: req.Nonce}
+		n.sessions[req.Owner] = s
+		if n.addrs[req.Owner] != req.Addr {
+			n.addrs[req.Owner] = req.Addr
+		}
+		opening = true
+		st.Opened++
+	} else if filter && req.Seq <= s.peerSeq {
+		st.DroppedStale++
+		return n.step(now, nil)
+	}
+	s.peerSeq = req.Seq
+	s.lastRecv = now
+	if req.PeerNonce != n.m.cfg.Nonce {
+		// It has not heard from this manager incarnation: it cannot have
+		// acted on anything we sent, so nothing it omits is released.
+		opening = true
+	}
+	if !opening && filter && req.AckSeq != s.mySeq {
+		st.DroppedRacing++
+		if s.resendAt.IsZero() {
+			s.resendAt = now.Add(n.m.backoff())
+		}
+		return n.step(now, nil)
+	}
+	st.Accepted++
+	st.Refused += uint64(len(req.Refused))
+	if !opening {
+		n.applyHeld(s, req)
+	}
+	n.dirty[s.name] = true
+	return n.step(now, nil)
+}
+
+// applyHeld releases every arc of s that s no longer lists, and marks the
+// listed ones as confirmed.
+func (n *namespace) applyHeld(s *session, req lease.LeaseRequest) {
+	held := ring.NewTable(lease.Gen(0)) // 0: not held (generations start at 1)
+	for _, l := range req.Held {
+		held.Set(l.Range, l.Gen)
+		n.table.Refine(l.Range)
+	}
+	mig := ring.NewTable(false)
+	for _, r := range req.Migrated {
+		mig.Set(r, true)
+		n.table.Refine(r)
+	}
+	// Every arc now lies inside one arc of held and one of mig.
+	for i := 0; i < n.table.Len(); i++ {
+		a := n.table.Value(i)
+		if a.holder != s.name || a.st == Free {
+			continue
+		}
+		r, _ := n.table.At(i)
+		if held.Get(r.End) == a.gen {
+			a.confirmed = true
+		} else {
+			a = n.free(mig.Get(r.End))
+			n.m.stats.Releases++
+		}
+		n.table.SetValue(i, a)
+	}
+}
+
+// free returns a free arc under this step's new generation.
+func (n *namespace) free(clean bool) arc {
+	if n.stepGen == 0 {
+		n.nextGen++
+		n.stepGen = n.nextGen
+	}
+	return arc{gen: n.stepGen, st: Free, clean: clean}
+}
+
+// step runs expiry, reconciles the lease table with the desired ring, writes
+// to the owners that need it and records the lookups' view changes.
+func (n *namespace) step(now time.Time, _ []string) Output {
+	n.stepGen = 0
+	nowNs := now.UnixNano()
+	for _, name := range sortedKeys(n.sessions) {
+		s := n.sessions[name]
+		if !now.Before(s.lastRecv.Add(n.hold)) {
+			// Not retired: the same incarnation may come back after a
+			// partition; by then its own leases have expired.
+			delete(n.sessions, name)
+			delete(n.dirty, name)
+			n.membersChanged = true
+			n.m.stats.SessionExpiries++
+		}
+	}
+	for i := 0; i < n.table.Len(); i++ {
+		if a := n.table.Value(i); a.st != Free && a.expiry <= nowNs {
+			n.table.SetValue(i, n.free(false))
+			n.m.stats.Expiries++
+		}
+	}
+	if n.membersChanged {
+		n.membersChanged = false
+		n.desired = n.desiredRing()
+	}
+	n.reconcile()
+	var out Output
+	for _, name := range sortedKeys(n.sessions) {
+		s := n.sessions[name]
+		if !s.resendAt.IsZero() && !now.Before(s.resendAt) {
+			n.dirty[name] = true
+			n.m.stats.RaceResends++
+		}
+		if n.dirty[name] {
+			out.Send = append(out.Send, n.message(s))
+		}
+	}
+	clear(n.dirty)
+	n.table.Compact()
+	if ch := n.publish(now); len(ch.Changes) > 0 {
+		out.Changes = append(out.Changes, ch)
+	}
+	n.log.truncate(now, n.m.cfg.LogRetention)
+	return out
+}
+
+// desiredRing apportions R among the live, non-draining owners.
+func (n *namespace) desiredRing() *ring.Ring {
+	var names []string
+	for name, s := range n.sessions {
+		if !s.draining {
+			names = append(names, name)
+		}
+	}
+	owners, err := ring.Apportion(names, n.cfg.RingSize)
+	if err != nil {
+		panic("manager: apportion: " + err.Error()) // names are unique and R was validated
+	}
+	r, err := ring.New(owners)
+	if err != nil {
+		panic("manager: ring: " + err.Error())
+	}
+	return r
+}
+
+// reconcile moves the lease table toward the desired ring: recall arcs held
+// by the wrong owner, cancel recalls that are wanted again, grant free arcs.
+func (n *namespace) reconcile() {
+	d := n.desired
+	if d.Len() > 0 {
+		for _, e := range d.Entries() {
+			n.table.Split(e.Hash)
+		}
+	}
+	for i := 0; i < n.table.Len(); i++ {
+		a := n.table.Value(i)
+		r, _ := n.table.At(i)
+		want := d.LookupOwner(r.End)
+		switch {
+		case a.st == Granted && a.holder != want:
+			a.st = Recalling
+			a.confirmed = true // from now on it may only be renewed
+			n.dirty[a.holder] = true
+			n.m.stats.Recalls++
+		case a.st == Recalling && a.holder == want:
+			a.st = Granted
+			n.dirty[a.holder] = true
+		case a.st == Free && want != "":
+			// The free arc's generation was made when it was freed and
+			// nobody has held it: the first grant takes it.
+			a = arc{holder: want, gen: a.gen, st: Granted}
+			n.dirty[want] = true
+			n.m.stats.Grants++
+		default:
+			continue
+		}
+		n.table.SetValue(i, a)
+	}
+}
+
+// message writes the complete set of leases of s: renewals and grants. Every
+// lease in it is held by the manager until hold after the request it
+// acknowledges was received.
+func (n *namespace) message(s *session) lease.LeaseResponse {
+	until := s.lastRecv.Add(n.hold).UnixNano()
+	var renew, grant []lease.Lease
+	for i := 0; i < n.table.Len(); i++ {
+		a := n.table.Value(i)
+		if a.holder != s.name || a.st != Granted {
+			continue
+		}
+		if a.expiry < until {
+			a.expiry = until
+			n.table.SetValue(i, a)
+		}
+		r, _ := n.table.At(i)
+		if a.confirmed {
+			renew = appendLease(renew, lease.Lease{Range: r, Gen: a.gen})
+		} else {
+			grant = appendLease(grant, lease.Lease{Range: r, Gen: a.gen})
+		}
+	}
+	n.seq++
+	s.mySeq = n.seq
+	s.resendAt = time.Time{}
+	return lease.LeaseResponse{
+		Namespace: n.cfg.Name,
+		Owner:     s.name,
+		Header:    lease.Header{Nonce: n.m.cfg.Nonce, Seq: s.mySeq, PeerNonce: s.nonce, AckSeq: s.peerSeq},
+		Renew:     mergeWrap(renew),
+		Grant:     mergeWrap(grant),
+	}
+}
+
+// appendLease appends l, merging it into the previous lease when they are
+// adjacent with the same generation.
+func appendLease(ls []lease.Lease, l lease.Lease) []lease.Lease {
+	if k := len(ls) - 1; k >= 0 && ls[k].Gen == l.Gen && ls[k].Range.End == l.Range.Start {
+		ls[k].Range.End = l.Range.End
+		return ls
+	}
+	return append(ls, l)
+}
+
+// mergeWrap joins the last and first leases when they meet across zero.
+func mergeWrap(ls []lease.Lease) []lease.Lease {
+	if k := len(ls) - 1; k > 0 && ls[k].Gen == ls[0].Gen && ls[k].Range.End == ls[0].Range.Start {
+		ls[0].Range.Start = ls[k].Range.Start
+		ls = ls[:k]
+	}
+	if len(ls) == 1 && ls[0].Range.Start == ls[0].Range.End {
+		ls[0].Range = ring.Full()
+	}
+	return ls
+}
+
+func (n *namespace) nextDeadline() time.Time {
+	var d time.Time
+	min := func(t time.Time) {
+		if !t.IsZero() && (d.IsZero() || t.Before(d)) {
+			d = t
+		}
+	}
+	for _, s := range n.sessions {
+		min(s.lastRecv.Add(n.hold))
+		min(s.resendAt)
+	}
+	for i := 0; i < n.table.Len(); i++ {
+		if a := n.table.Value(i); a.st != Free {
+			min(time.Unix(0, a.expiry))
+		}
+	}
+	min(n.log.nextTruncation(n.m.cfg.LogRetention))
+	return d
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,171 @@
+package manager
+
+import (
+	"time"
+
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
+)
+
+// viewVal is one arc of the lookups' view of the lease table. clean is not
+// part of what lookups see; it rides along to flag the change that made it.
+type viewVal struct {
+	Owner, Addr string
+	Gen         lease.Gen
+	clean       bool
+}
+
+func (v viewVal) same(w viewVal) bool {
+	return v.Owner == w.Owner && v.Addr == w.Addr && v.Gen == w.Gen
+}
+
+// projection is the lookups' view of one lease-table arc: recalling arcs are
+// still served by their holder until released.
+func (n *namespace) projection(a arc) viewVal {
+	if a.st == Free {
+		return viewVal{Gen: a.gen, clean: a.clean}
+	}
+	return viewVal{Owner: a.holder, Addr: n.addrs[a.holder], Gen: a.gen}
+}
+
+// publish diffs the lookups' view against the lease table and appends the
+// differences to the change log.
+func (n *namespace) publish(now time.Time) NamespaceChanges {
+	next := ring.Map(n.table, n.projection)
+	next.Compact()
+	out := NamespaceChanges{Namespace: n.cfg.Name, FromLSN: n.log.lsn}
+	var pending []lease.Change
+	ring.Walk(n.view, next, func(r ring.Range, old, nv viewVal) {
+		if old.same(nv) {
+			return
+		}
+		c := lease.Change{
+			Entry: lease.Entry{Range: r, Owner: nv.Owner, Addr: nv.Addr, Gen: nv.Gen},
+			Clean: nv.clean && nv.Gen != old.Gen,
+		}
+		if k := len(pending) - 1; k >= 0 {
+			p := pending[k]
+			if p.Entry.Range.End == r.Start && p.Clean == c.Clean &&
+				p.Entry.Owner == c.Entry.Owner && p.Entry.Addr == c.Entry.Addr && p.Entry.Gen == c.Entry.Gen {
+				pending[k].Entry.Range.End = r.End
+				return
+			}
+		}
+		pending = append(pending, c)
+	})
+	n.view = next
+	for _, c := range pending {
+		out.Changes = append(out.Changes, n.log.append(c, now))
+	}
+	return out
+}
+
+// View returns the lookups' view of a namespace: the whole table in ring
+// order, adjacent equal ranges merged.
+func (m *Manager) View(ns string) ([]lease.Entry, error) {
+	n, err := m.namespace(ns)
+	if err != nil {
+		return nil, err
+	}
+	return n.entries(), nil
+}
+
+func (n *namespace) entries() []lease.Entry {
+	v := ring.Map(n.view, func(v viewVal) viewVal { v.clean = false; return v })
+	v.Compact()
+	out := make([]lease.Entry, 0, v.Len())
+	v.Each(func(r ring.Range, x viewVal) {
+		out = append(out, lease.Entry{Range: r, Owner: x.Owner, Addr: x.Addr, Gen: x.Gen})
+	})
+	return out
+}
+
+// Lookup answers a lookup: the changes after its LSN, or a snapshot when the
+// log no longer reaches back that far, when the lookup knew another manager
+// incarnation, or when the snapshot is smaller (PRS §4.2).
+func (m *Manager) Lookup(req lease.LookupRequest, now time.Time) (lease.LookupResponse, error) {
+	n, err := m.namespace(req.Namespace)
+	if err != nil {
+		return lease.LookupResponse{}, err
+	}
+	resp := lease.LookupResponse{Namespace: n.cfg.Name, ManagerNonce: m.cfg.Nonce, LSN: n.log.lsn}
+	if req.ManagerNonce == m.cfg.Nonce {
+		if ch, ok := n.log.since(req.LSN); ok && len(ch) <= n.view.Len() {
+			resp.FromLSN = req.LSN
+			resp.Changes = ch
+			m.stats.LookupDeltas++
+			return resp, nil
+		}
+	}
+	resp.Snapshot = true
+	resp.Entries = n.entries()
+	m.stats.LookupSnapshots++
+	return resp, nil
+}
+
+// Push builds the message that delivers these changes to a lookup that is
+// at FromLSN.
+func (nc NamespaceChanges) Push(managerNonce uint64) lease.LookupResponse {
+	return lease.LookupResponse{
+		Namespace:    nc.Namespace,
+		ManagerNonce: managerNonce,
+		FromLSN:      nc.FromLSN,
+		LSN:          nc.Changes[len(nc.Changes)-1].LSN,
+		Changes:      nc.Changes,
+	}
+}
+
+// changeLog is the namespace's log of view changes, truncated by age.
+type changeLog struct {
+	lsn     uint64 // last LSN assigned
+	entries []logEntry
+}
+
+type logEntry struct {
+	c  lease.Change
+	at time.Time
+}
+
+func (l *changeLog) init(time.Time) {}
+
+func (l *changeLog) append(c lease.Change, now time.Time) lease.Change {
+	l.lsn++
+	c.LSN = l.lsn
+	l.entries = append(l.entries, logEntry{c: c, at: now})
+	return c
+}
+
+// since returns the changes after lsn, or false if the log no longer holds
+// all of them (or lsn is from the future).
+func (l *changeLog) since(lsn uint64) ([]lease.Change, bool) {
+	if lsn > l.lsn {
+		return nil, false
+	}
+	first := l.lsn + 1 - uint64(len(l.entries)) // LSN of entries[0]
+	if lsn+1 < first {
+		return nil, false
+	}
+	tail := l.entries[lsn+1-first:]
+	out := make([]lease.Change, len(tail))
+	for i, e := range tail {
+		out[i] = e.c
+	}
+	return out, true
+}
+
+func (l *changeLog) truncate(now time.Time, keep time.Duration) {
+	k := 0
+	for k < len(l.entries) && now.Sub(l.entries[k].at) >= keep {
+		k++
+	}
+	if k > 0 {
+		l.entries = append(l.entries[:0:0], l.entries[k:]...)
+	}
+}
+
+func (l *changeLog) nextTruncation(keep time.Duration) time.Time {
+	if len(l.entries) == 0 {
+		return time.Time{}
+	}
+	return l.entries[0].at.Add(keep)
+}

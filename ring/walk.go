@@ -1,0 +1,57 @@
+package ring
+
+// Map returns a new table with f applied to every arc's value. It keeps the
+// boundaries of t (call Compact to merge arcs f made equal).
+func Map[V, W comparable](t *Table[V], f func(V) W) *Table[W] {
+	out := &Table[W]{ends: append([]uint64(nil), t.ends...), vals: make([]W, len(t.vals))}
+	for i, v := range t.vals {
+		out.vals[i] = f(v)
+	}
+	return out
+}
+
+// Walk calls fn for every arc of the common refinement of a and b, in order
+// of end position, with the value each table has there. It runs in time
+// linear in the number of arcs and does not modify the tables.
+func Walk[V, W comparable](a *Table[V], b *Table[W], fn func(r Range, va V, vb W)) {
+	ae, be := a.ends, b.ends
+	// The union of ends, in order, without duplicates.
+	last := ae[len(ae)-1]
+	if be[len(be)-1] > last {
+		last = be[len(be)-1]
+	}
+	if len(ae) == 1 && len(be) == 1 && ae[0] == be[0] {
+		fn(Range{Start: ae[0], End: ae[0]}, a.vals[0], b.vals[0])
+		return
+	}
+	prev := last
+	i, j := 0, 0
+	for i < len(ae) || j < len(be) {
+		var e uint64
+		switch {
+		case j >= len(be) || (i < len(ae) && ae[i] < be[j]):
+			e = ae[i]
+		case i >= len(ae) || be[j] < ae[i]:
+			e = be[j]
+		default:
+			e = ae[i]
+		}
+		// The arc (prev, e] lies in a's arc i (or arc 0 past the last end)
+		// and in b's arc j.
+		ia, jb := i, j
+		if ia == len(ae) {
+			ia = 0
+		}
+		if jb == len(be) {
+			jb = 0
+		}
+		fn(Range{Start: prev, End: e}, a.vals[ia], b.vals[jb])
+		prev = e
+		if i < len(ae) && ae[i] == e {
+			i++
+		}
+		if j < len(be) && be[j] == e {
+			j++
+		}
+	}
+}
