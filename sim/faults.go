@@ -1,0 +1,130 @@
+package main
+
+import "time"
+
+// scheduleFaults draws the fault schedule: owner crash and restart (same
+// name, new incarnation), pauses longer than a lease, partitions of owners
+// and lookups, joins and leaves.
+func (w *world) scheduleFaults() {
+	var next func()
+	next = func() {
+		if !w.faults {
+			return
+		}
+		w.randomFault()
+		w.s.after(w.s.uniform(w.p.FaultEvery/2, w.p.FaultEvery*3/2), next)
+	}
+	w.s.after(w.s.uniform(0, w.p.FaultEvery), next)
+}
+
+func (w *world) live() []*ownerNode {
+	var out []*ownerNode
+	for _, o := range w.order {
+		if o.core != nil && !o.gone {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// serving counts owners that run and are not draining or gone.
+func (w *world) serving() int {
+	n := 0
+	for _, o := range w.order {
+		if o.core != nil && !o.gone && !o.draining {
+			n++
+		}
+	}
+	return n
+}
+
+func (w *world) randomFault() {
+	s := w.s
+	live := w.live()
+	pick := func() *ownerNode {
+		if len(live) == 0 {
+			return nil
+		}
+		return live[s.rnd.IntN(len(live))]
+	}
+	T := w.p.T
+	switch k := s.rnd.IntN(10); {
+	case k < 2: // crash, restart later under a new incarnation
+		if o := pick(); o != nil {
+			w.logf("crash %s", o.name)
+			o.crash()
+			s.after(s.uniform(T/20, 2*T), func() {
+				if !o.gone && o.core == nil {
+					w.logf("restart %s", o.name)
+					o.start()
+				}
+			})
+		}
+	case k < 4: // pause, sometimes longer than a lease
+		if o := pick(); o != nil && s.now >= o.pausedUntil {
+			d := s.uniform(T/10, 2*T)
+			w.logf("pause %s for %v", o.name, d)
+			o.pausedUntil = s.now + d
+		}
+	case k < 6: // partition an owner or a lookup from the manager
+		name := ""
+		if s.rnd.IntN(3) == 0 && len(w.lookups) > 0 {
+			name = w.lookups[s.rnd.IntN(len(w.lookups))].name
+		} else if o := pick(); o != nil {
+			name = o.name
+		}
+		if name != "" && !w.net.partitioned[name] {
+			d := s.uniform(T/10, 2*T)
+			w.logf("partition %s for %v", name, d)
+			w.net.partitioned[name] = true
+			s.after(d, func() { delete(w.net.partitioned, name) })
+		}
+	case k < 8: // join
+		if len(w.order) < w.p.MaxOwners {
+			o := w.addOwner()
+			w.logf("join %s", o.name)
+		}
+	case k < 9: // leave for good, keeping at least one serving owner
+		if o := pick(); o != nil && (o.draining || w.serving() > 1) {
+			w.logf("leave %s", o.name)
+			o.crash()
+			o.gone = true
+		}
+	default: // drain an owner through the manager
+		if o := pick(); o != nil && !o.draining && w.serving() > 1 {
+			o.draining = true
+			w.logf("drain %s", o.name)
+			out, err := w.mgr.core.Drain(namespace, o.name, w.mgr.now())
+			if err == nil {
+				w.mgr.handle(out)
+				// A drained owner leaves once drained; model it leaving later.
+				s.after(s.uniform(T/10, T), func() {
+					if !o.gone {
+						w.logf("leave %s (drained)", o.name)
+						o.crash()
+						o.gone = true
+					}
+				})
+			}
+		}
+	}
+}
+
+// endFaults stops every fault: partitions heal, pauses end, crashed owners
+// that were to restart restart, and the links stop losing and duplicating
+// (delay and reordering go on).
+func (w *world) endFaults() {
+	w.faults = false
+	w.logf("faults end")
+	clear(w.net.partitioned)
+	w.net.faults.drop, w.net.faults.dup = 0, 0
+	for _, o := range w.order {
+		if o.pausedUntil > w.s.now {
+			o.pausedUntil = w.s.now
+		}
+		if o.core == nil && !o.gone {
+			o.start()
+		}
+	}
+	_ = time.Second
+}

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/fuge-project/fuge/lb"
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/manager"
+	"github.com/fuge-project/fuge/ownerguard"
+)
+
+const namespace = "sim"
+
+// timer arms at most one pending tick per node: a newer arm supersedes.
+type timer struct{ gen uint64 }
+
+func (t *timer) arm(s *scheduler, at time.Duration, fn func()) {
+	t.gen++
+	g := t.gen
+	s.at(at, func() {
+		if t.gen == g {
+			fn()
+		}
+	})
+}
+
+// managerNode is the single manager, with its lease core.
+type managerNode struct {
+	w     *world
+	core  *manager.Manager
+	clk   clock
+	timer timer
+}
+
+func (m *managerNode) now() time.Time { return m.clk.local(m.w.s.now) }
+
+func (m *managerNode) onRequest(req lease.LeaseRequest) {
+	out, err := m.core.Request(req, m.now())
+	if err != nil {
+		m.w.violate("manager refused a well-formed request: %v", err)
+		return
+	}
+	m.handle(out)
+}
+
+func (m *managerNode) onLookup(req lease.LookupRequest, from *lookupNode) {
+	resp, err := m.core.Lookup(req, m.now())
+	if err != nil {
+		m.w.violate("manager refused a lookup: %v", err)
+		return
+	}
+	m.w.net.send(from.name, func() { from.onResponse(resp) })
+	m.arm()
+}
+
+func (m *managerNode) tick() { m.handle(m.core.Tick(m.now())) }
+
+// handle commits changes (instantly: one node, no log), pushes them to every
+// lookup, then sends the owner messages: the order the core demands.
+func (m *managerNode) handle(out manager.Output) {
+	for _, nc := range out.Changes {
+		m.w.check.onChanges(nc.Changes)
+		push := nc.Push(m.core.Nonce())
+		for _, l := range m.w.lookups {
+			l := l
+			m.w.net.send(l.name, func() { l.onResponse(push) })
+		}
+	}
+	for _, msg := range out.Send {
+		o := m.w.owners[msg.Owner]
+		msg := msg
+		m.w.net.send(msg.Owner, func() { o.deliver(msg) })
+	}
+	m.arm()
+}
+
+func (m *managerNode) arm() {
+	if d := m.core.NextDeadline(); !d.IsZero() {
+		m.timer.arm(m.w.s, m.clk.trueAt(d), m.tick)
+	}
+}
+
+// ownerNode is one owner name: a sequence of incarnations of the Owner core.
+type ownerNode struct {
+	w           *world
+	name        string
+	clk         clock
+	core        *ownerguard.Core // nil while crashed
+	incarnation uint64
+	pausedUntil time.Duration // true time; deliveries and ticks wait
+	gone        bool          // left for good
+	draining    bool          // drained: it leaves soon
+	timer       timer
+}
+
+func (o *ownerNode) now() time.Time { return o.clk.local(o.w.s.now) }
+
+func (o *ownerNode) start() {
+	o.incarnation++
+	cfg := ownerguard.DefaultCoreConfig()
+	cfg.Namespace, cfg.Name, cfg.Addr = namespace, o.name, o.name+":80"
+	cfg.Incarnation = o.w.s.rnd.Uint64() | 1
+	cfg.LeaseDuration = o.w.p.T
+	cfg.RenewInterval = o.w.p.T / 4
+	cfg.RaceBackoffMin, cfg.RaceBackoffMax = o.w.p.T/600, o.w.p.T/60
+	cfg.Rand = rand.New(rand.NewPCG(o.w.s.rnd.Uint64(), 0))
+	cfg.DisableRaceFilter = o.w.p.DisableRaceFilter
+	core, err := ownerguard.NewCore(cfg)
+	if err != nil {
+		panic(fmt.Sprintf("owner config: %v", err))
+	}
+	o.core = core
+	o.handle(core.Start(o.now()))
+}
+
+func (o *ownerNode) crash() {
+	o.core = nil
+	o.timer.gen++ // cancel the pending tick
+}
+
+// deliver hands a manager message to whatever incarnation runs now.
+func (o *ownerNode) deliver(msg lease.LeaseResponse) {
+	if o.core == nil {
+		return
+	}
+	if o.w.s.now < o.pausedUntil {
+		o.w.s.at(o.pausedUntil, func() { o.deliver(msg) })
+		return
+	}
+	o.handle(o.core.Step(msg, o.now()))
+}
+
+func (o *ownerNode) tick() {
+	if o.core == nil {
+		return
+	}
+	if o.w.s.now < o.pausedUntil {
+		o.w.s.at(o.pausedUntil, o.tick)
+		return
+	}
+	o.handle(o.core.Tick(o.now()))
+}
+
+func (o *ownerNode) handle(out ownerguard.Output) {
+	if len(out.Granted) > 0 {
+		o.w.check.onGrant(o)
+	}
+	if out.Send != nil {
+		req := *out.Send
+		m := o.w.mgr
+		o.w.net.send(o.name, func() { m.onRequest(req) })
+	}
+	if d := o.core.NextDeadline(); !d.IsZero() {
+		o.timer.arm(o.w.s, o.clk.trueAt(d), o.tick)
+	}
+}
+
+// held is what this owner believes it holds at the current true instant.
+// A paused owner still believes: were it to serve a request now, it would
+// check its leases against its clock.
+func (o *ownerNode) held() []lease.Lease {
+	if o.core == nil {
+		return nil
+	}
+	return o.core.Held(o.now())
+}
+
+// lookupNode is a front end with the Lookup core.
+type lookupNode struct {
+	w     *world
+	name  string
+	clk   clock
+	core  *lb.Core
+	timer timer
+}
+
+func (l *lookupNode) now() time.Time { return l.clk.local(l.w.s.now) }
+
+func (l *lookupNode) start() {
+	cfg := lb.DefaultCoreConfig()
+	cfg.Namespace, cfg.Name = namespace, l.name
+	cfg.SyncInterval = l.w.p.SyncInterval
+	cfg.StalenessBound = l.w.p.Staleness
+	core, err := lb.NewCore(cfg)
+	if err != nil {
+		panic(fmt.Sprintf("lookup config: %v", err))
+	}
+	l.core = core
+	l.handle(core.Start(l.now()))
+}
+
+func (l *lookupNode) onResponse(resp lease.LookupResponse) {
+	applied := l.core.Stats().Applied
+	out := l.core.Step(resp, l.now())
+	if l.core.Stats().Applied != applied {
+		l.w.check.onSynced(l)
+	}
+	l.handle(out)
+}
+
+func (l *lookupNode) tick() { l.handle(l.core.Tick(l.now())) }
+
+func (l *lookupNode) handle(out lb.Output) {
+	if out.LossAll || len(out.Loss) > 0 {
+		l.w.check.onLoss(l, out)
+	}
+	if out.Send != nil {
+		req := *out.Send
+		m := l.w.mgr
+		l.w.net.send(l.name, func() { m.onLookup(req, l) })
+	}
+	if d := l.core.NextDeadline(); !d.IsZero() {
+		l.timer.arm(l.w.s, l.clk.trueAt(d), l.tick)
+	}
+}
