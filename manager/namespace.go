@@ -290,7 +290,7 @@ func (n *namespace) reconcile() {
 		case a.st == Free && want != "":
 			// The free arc's generation was made when it was freed and
 			// nobody has held it: the first grant takes it.
-			a = arc{holder: want, gen: a.gen, st: Granted}
+			a = arc{holder: want, gen: a.gen, st: Granted, clean: a.clean}
 			n.dirty[want] = true
 			n.m.stats.Grants++
 		default:

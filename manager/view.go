@@ -25,7 +25,7 @@ func (n *namespace) projection(a arc) viewVal {
 	if a.st == Free {
 		return viewVal{Gen: a.gen, clean: a.clean}
 	}
-	return viewVal{Owner: a.holder, Addr: n.addrs[a.holder], Gen: a.gen}
+	return viewVal{Owner: a.holder, Addr: n.addrs[a.holder], Gen: a.gen, clean: a.clean}
 }
 
 // publish diffs the lookups' view against the lease table and appends the

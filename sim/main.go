@@ -40,7 +40,8 @@ func main() {
 	for _, r := range sum.failed {
 		fmt.Printf("FAIL seed=%d violations=%d first: %s\n  replay: make sim SEED=%d\n", r.Seed, len(r.Violations), r.Violations[0], r.Seed)
 	}
-	fmt.Printf("seeds=%d events=%d violations=%d elapsed=%v\n", *seeds, sum.events, sum.violations, time.Since(start).Round(time.Millisecond))
+	fmt.Printf("elapsed %v on %d workers\n", time.Since(start).Round(time.Millisecond), *jobs)
+	fmt.Printf("seeds=%d events=%d violations=%d\n", *seeds, sum.events, sum.violations)
 	if sum.violations > 0 {
 		os.Exit(1)
 	}

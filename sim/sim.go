@@ -161,5 +161,22 @@ func run(p Params, log io.Writer) Result {
 	w.endFaults()
 	w.s.run(p.FaultPhase+p.Settle, each)
 	w.check.liveness()
+	if log != nil {
+		w.summary()
+	}
 	return Result{Seed: p.Seed, Events: w.s.count, Violations: w.check.found}
+}
+
+// summary prints what the protocol did in a verbose run.
+func (w *world) summary() {
+	st := w.mgr.core.Stats()
+	w.logf("manager: %d requests, %d grants, %d recalls, %d releases, %d expiries, %d sessions expired, %d racing requests dropped, %d stale dropped",
+		st.Requests, st.Grants, st.Recalls, st.Releases, st.Expiries, st.SessionExpiries, st.DroppedRacing, st.DroppedStale)
+	for _, l := range w.lookups {
+		ls := l.core.Stats()
+		w.logf("%s: %d responses applied (%d snapshots), %d loss notifications, %d loss-on-everything, %d gaps re-fetched",
+			l.name, ls.Applied, ls.Snapshots, ls.LossNotifications, ls.LossAll, ls.DroppedGap)
+	}
+	arcs, _ := w.mgr.core.Leases(namespace)
+	w.logf("final lease table: %d arcs; %d violations of I1, generations, I4 (B=%v) and liveness", len(arcs), len(w.check.found), w.p.Bound())
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // shortSeeds is the simulator's share of make test; make sim runs thousands.
-const shortSeeds = 24
+const shortSeeds = 50
 
 func TestSimulatorShortRun(t *testing.T) {
 	sum := runSeeds(1, shortSeeds, 2, nil)

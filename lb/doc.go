@@ -1,0 +1,78 @@
+// Package lb holds Fuge's Lookup library: a local copy of the manager's lease
+// table that answers Lookup(key) without a round trip, and signals loss of
+// state when a range's lease generation changes (PRS §2.1, §4.2; Centrifuge
+// §2.2).
+//
+// # The core
+//
+// Core is a pure state machine, like the manager's lease core and the Owner
+// core: it owns no goroutine, socket or clock. Time arrives as an argument.
+// The caller, a thin shell, does the I/O:
+//
+//   - Start(now) once, and send the request it returns.
+//   - Step(resp, now) for every LookupResponse that arrives, answered or
+//     pushed.
+//   - Tick(now) whenever NextDeadline passes.
+//
+// Each call returns an Output: at most one LookupRequest to send, and the
+// loss-notification upcall. Deliver Loss to the application before routing
+// more requests to the ranges it names: state kept for those ranges under an
+// older generation may be gone (PRS §2.1). The table is already updated when
+// the call returns.
+//
+// A Core is not safe for concurrent use. A shell that serves Lookup from many
+// goroutines publishes an immutable copy (see Entries) or guards the Core.
+//
+// # Synchronization (PRS §4.2)
+//
+// The manager keeps a change log under an incarnation nonce. The core asks
+// with the nonce and LSN it has; the manager answers with the changes after
+// that LSN, or with a snapshot. It also pushes changes as they commit. The
+// core applies a response only when it follows on from the table it has:
+//
+//   - a snapshot, from any manager incarnation (a same-incarnation snapshot
+//     older than our LSN is dropped);
+//   - changes from our manager incarnation that continue exactly from our LSN
+//     (FromLSN == LSN); an answer with no changes counts, and is how a quiet
+//     manager tells us we are current.
+//
+// Anything else is dropped. A gap (an earlier push was lost) and changes from
+// another incarnation make the core ask again at once; an old or duplicated
+// push is dropped silently. The core also asks every SyncInterval.
+//
+// # Loss notification
+//
+// Applying a change signals loss on exactly the sub-ranges whose generation
+// it changes, unless the change is Clean (the state was migrated). Applying a
+// snapshot signals loss on every range whose generation differs from the
+// table it replaces; the first table signals nothing, since nothing was known
+// to be lost. Loss ranges are merged and returned in ring order (ascending
+// End). An owner change without a generation change signals nothing.
+//
+// If no up-to-date response was applied for StalenessBound (by the lookup's
+// clock, counted from Start or from the last applied response), Tick signals
+// loss on every range once (LossAll). The table stays as a hint; the next
+// applied response diffs against it and may signal some ranges again. This
+// is conservative by design: PRS allows extra notifications, never missed
+// ones.
+//
+// # The bound B
+//
+// Let ρ ≤ 1 be the slowest rate of the lookup's clock relative to true time
+// and D the longest delay of any message (any copy of it). Assume the manager
+// answers and pushes up to date: a response sent at time s carries every
+// change committed before s (a snapshot as of s, or changes up to s). Then a
+// loss committed at manager time t reaches this lookup by
+//
+//	B = t + StalenessBound/ρ + D
+//
+// Proof sketch: a response that arrives after t + D was sent after t, so
+// applying it applies the loss (or the loss already was). So if the loss has
+// not arrived, the last applied response arrived by t + D, and the staleness
+// clock, which runs at least at rate ρ, reaches StalenessBound by
+// t + D + StalenessBound/ρ: Tick signals LossAll. The bound assumes the shell
+// calls Tick by NextDeadline; add its timer slack to B. With the defaults
+// (StalenessBound 30 s, SyncInterval 10 s) a lookup that can reach the
+// manager learns of a loss within one push delay, or at worst within a
+// SyncInterval plus a round trip if a push was lost.
+package lb

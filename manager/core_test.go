@@ -1,0 +1,288 @@
+package manager
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newTestManager(t *testing.T, r int) *Manager {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Nonce = 7
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.CreateNamespace(NamespaceConfig{Name: "ns", RingSize: r}, t0); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// owner is a minimal, well-behaved peer for unit tests: it accepts what the
+// manager sends and echoes its holdings. The real Owner core is exercised by
+// the golden scripts and the simulator.
+type owner struct {
+	name         string
+	nonce, seq   uint64
+	peer, peerSq uint64
+	held         []lease.Lease
+}
+
+func (o *owner) request(migrated ...ring.Range) lease.LeaseRequest {
+	o.seq++
+	return lease.LeaseRequest{
+		Namespace: "ns", Owner: o.name, Addr: o.name + ":1",
+		Header:   lease.Header{Nonce: o.nonce, Seq: o.seq, PeerNonce: o.peer, AckSeq: o.peerSq},
+		Held:     o.held,
+		Migrated: migrated,
+	}
+}
+
+func (o *owner) accept(out Output) {
+	for _, r := range out.Send {
+		if r.Owner != o.name {
+			continue
+		}
+		o.peer, o.peerSq = r.Nonce, r.Seq
+		o.held = append(append([]lease.Lease(nil), r.Renew...), r.Grant...)
+	}
+}
+
+// exchange runs request/response rounds for the owners until quiet.
+func exchange(t *testing.T, m *Manager, now time.Time, os ...*owner) {
+	t.Helper()
+	for round := 0; round < 6; round++ {
+		for _, o := range os {
+			out, err := m.Request(o.request(), now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range os {
+				p.accept(out)
+			}
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for name, mut := range map[string]func(*Config){
+		"zero nonce":        func(c *Config) { c.Nonce = 0 },
+		"zero lease":        func(c *Config) { c.LeaseDuration = 0 },
+		"zero retention":    func(c *Config) { c.LogRetention = 0 },
+		"backoff reversed":  func(c *Config) { c.RaceBackoffMin, c.RaceBackoffMax = 2, 1 },
+		"backoff too large": func(c *Config) { c.RaceBackoffMax = c.LeaseDuration },
+	} {
+		c := DefaultConfig()
+		mut(&c)
+		if err := c.Validate(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: Validate() = %v, want ErrConfig", name, err)
+		}
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Errorf("DefaultConfig: %v", err)
+	}
+	if got := HoldDuration(60 * time.Second); got != 65*time.Second {
+		t.Errorf("HoldDuration(60s) = %v, want 65s", got)
+	}
+}
+
+func TestNamespaceErrors(t *testing.T) {
+	m := newTestManager(t, 8)
+	if err := m.CreateNamespace(NamespaceConfig{Name: "ns"}, t0); !errors.Is(err, ErrNamespaceExists) {
+		t.Errorf("duplicate namespace: %v", err)
+	}
+	if err := m.CreateNamespace(NamespaceConfig{Name: "x", RingSize: 100}, t0); !errors.Is(err, ErrBadRequest) || !errors.Is(err, ring.ErrRingSize) {
+		t.Errorf("ring size 100: %v", err)
+	}
+	if err := m.CreateNamespace(NamespaceConfig{}, t0); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("empty name: %v", err)
+	}
+	if _, err := m.Request(lease.LeaseRequest{Namespace: "nope", Owner: "a", Header: lease.Header{Nonce: 1, Seq: 1}}, t0); !errors.Is(err, ErrUnknownNamespace) {
+		t.Errorf("unknown namespace: %v", err)
+	}
+	if _, err := m.Lookup(lease.LookupRequest{Namespace: "nope"}, t0); !errors.Is(err, ErrUnknownNamespace) {
+		t.Errorf("lookup unknown namespace: %v", err)
+	}
+	if err := m.DeleteNamespace("nope"); !errors.Is(err, ErrUnknownNamespace) {
+		t.Errorf("delete unknown: %v", err)
+	}
+	ns := m.Namespaces()
+	if len(ns) != 1 || ns[0].RingSize != 8 || ns[0].Header != "X-Fuge-Key" || ns[0].LeaseDuration != time.Minute {
+		t.Errorf("Namespaces() = %+v", ns)
+	}
+}
+
+func TestBadRequestsChangeNothing(t *testing.T) {
+	m := newTestManager(t, 8)
+	before, _ := m.Leases("ns")
+	for name, req := range map[string]lease.LeaseRequest{
+		"no owner": {Namespace: "ns", Header: lease.Header{Nonce: 1, Seq: 1}},
+		"no nonce": {Namespace: "ns", Owner: "a", Header: lease.Header{Seq: 1}},
+		"no seq":   {Namespace: "ns", Owner: "a", Header: lease.Header{Nonce: 1}},
+		"overlapping held": {Namespace: "ns", Owner: "a", Header: lease.Header{Nonce: 1, Seq: 1},
+			Held: []lease.Lease{{Range: ring.Range{Start: 10, End: 100}, Gen: 1}, {Range: ring.Range{Start: 50, End: 60}, Gen: 1}}},
+	} {
+		if _, err := m.Request(req, t0); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("%s: err = %v, want ErrBadRequest", name, err)
+		}
+	}
+	after, _ := m.Leases("ns")
+	if len(before) != len(after) || before[0] != after[0] {
+		t.Errorf("a rejected request changed the table: %+v -> %+v", before, after)
+	}
+	if o, _ := m.Owners("ns"); len(o) != 0 {
+		t.Errorf("a rejected request opened a session: %+v", o)
+	}
+}
+
+func TestTwoOwnersSplitTheRing(t *testing.T) {
+	m := newTestManager(t, 64)
+	a, b := &owner{name: "a", nonce: 1}, &owner{name: "b", nonce: 2}
+	exchange(t, m, t0, a, b)
+	d, _ := m.DesiredRing("ns")
+	arcs, _ := m.Leases("ns")
+	for _, x := range arcs {
+		if x.State != Granted || x.Owner != d.LookupOwner(x.Range.End) {
+			t.Fatalf("arc %v: %v by %q, want granted to %q", x.Range, x.State, x.Owner, d.LookupOwner(x.Range.End))
+		}
+		if want := t0.Add(65 * time.Second); !x.Expiry.Equal(want) {
+			t.Errorf("arc %v expires %v, want %v", x.Range, x.Expiry, want)
+		}
+	}
+	owners, _ := m.Owners("ns")
+	if len(owners) != 2 || owners[0].VNodes+owners[1].VNodes != 64 {
+		t.Errorf("owners = %+v", owners)
+	}
+}
+
+func TestExpiryFreesUnderNewGeneration(t *testing.T) {
+	m := newTestManager(t, 8)
+	a := &owner{name: "a", nonce: 1}
+	exchange(t, m, t0, a)
+	if d := m.NextDeadline(); !d.Equal(t0.Add(65 * time.Second)) {
+		t.Errorf("NextDeadline = %v, want hold end", d)
+	}
+	out := m.Tick(t0.Add(65*time.Second - 1))
+	if !out.Empty() {
+		t.Errorf("tick before the hold ends did something: %+v", out)
+	}
+	out = m.Tick(t0.Add(65 * time.Second))
+	if len(out.Changes) != 1 {
+		t.Fatalf("expiry changes = %+v", out.Changes)
+	}
+	c := out.Changes[0].Changes[0]
+	if c.Entry.Owner != "" || c.Entry.Gen <= 1 || c.Clean {
+		t.Errorf("expiry change = %+v, want free under a new generation, not clean", c)
+	}
+	if s := m.Stats(); s.Expiries == 0 || s.SessionExpiries != 1 {
+		t.Errorf("stats = %+v", s)
+	}
+}
+
+func TestCleanMigrationFlagsTheChange(t *testing.T) {
+	m := newTestManager(t, 8)
+	a := &owner{name: "a", nonce: 1}
+	exchange(t, m, t0, a)
+	// a releases everything, saying the state went with it.
+	a.held = nil
+	out, err := m.Request(a.request(ring.Full()), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Changes) == 0 {
+		t.Fatal("release made no change")
+	}
+	for _, c := range out.Changes[0].Changes {
+		if !c.Clean {
+			t.Errorf("change %+v after a migrated release is not clean", c)
+		}
+	}
+}
+
+func TestLookupDeltaOrSnapshot(t *testing.T) {
+	m := newTestManager(t, 16)
+	first, _ := m.Lookup(lease.LookupRequest{Namespace: "ns"}, t0)
+	if !first.Snapshot || len(first.Entries) != 1 || first.Entries[0].Gen != 1 {
+		t.Fatalf("first answer = %+v, want the one free arc as a snapshot", first)
+	}
+	a := &owner{name: "a", nonce: 1}
+	exchange(t, m, t0, a)
+	lsn, _ := m.LSN("ns")
+	delta, _ := m.Lookup(lease.LookupRequest{Namespace: "ns", ManagerNonce: 7, LSN: first.LSN}, t0)
+	if delta.Snapshot || delta.FromLSN != first.LSN || delta.LSN != lsn || len(delta.Changes) == 0 {
+		t.Fatalf("delta = %+v", delta)
+	}
+	for i, c := range delta.Changes {
+		if c.LSN != first.LSN+uint64(i)+1 {
+			t.Errorf("change %d has LSN %d", i, c.LSN)
+		}
+	}
+	other, _ := m.Lookup(lease.LookupRequest{Namespace: "ns", ManagerNonce: 99, LSN: first.LSN}, t0)
+	if !other.Snapshot {
+		t.Error("a lookup that knew another manager incarnation got a delta")
+	}
+	future, _ := m.Lookup(lease.LookupRequest{Namespace: "ns", ManagerNonce: 7, LSN: lsn + 5}, t0)
+	if !future.Snapshot {
+		t.Error("a lookup claiming a future LSN got a delta")
+	}
+	// After the retention, the log is truncated: the old LSN gets a snapshot.
+	later := t0.Add(5*time.Minute + time.Second)
+	m.Tick(later)
+	trunc, _ := m.Lookup(lease.LookupRequest{Namespace: "ns", ManagerNonce: 7, LSN: first.LSN}, later)
+	if !trunc.Snapshot {
+		t.Errorf("LSN %d behind a truncated log got a delta: %+v", first.LSN, trunc)
+	}
+	// Nothing new since lsn: an empty delta, not a snapshot.
+	cur, _ := m.LSN("ns")
+	same, _ := m.Lookup(lease.LookupRequest{Namespace: "ns", ManagerNonce: 7, LSN: cur}, later)
+	if same.Snapshot || len(same.Changes) != 0 {
+		t.Errorf("an up-to-date lookup got %+v", same)
+	}
+}
+
+func TestSnapshotWhenSmallerThanChanges(t *testing.T) {
+	m := newTestManager(t, 64)
+	first, _ := m.Lookup(lease.LookupRequest{Namespace: "ns"}, t0)
+	// Many owners come and go: far more changes than arcs in the end.
+	var all []*owner
+	for i := range 6 {
+		all = append(all, &owner{name: string(rune('a' + i)), nonce: uint64(i + 1)})
+		exchange(t, m, t0, all...)
+	}
+	view, _ := m.View("ns")
+	resp, _ := m.Lookup(lease.LookupRequest{Namespace: "ns", ManagerNonce: 7, LSN: first.LSN}, t0)
+	lsn, _ := m.LSN("ns")
+	if lsn-first.LSN > uint64(len(view)) && !resp.Snapshot {
+		t.Errorf("%d changes against a %d-entry table, and the answer is a delta", lsn-first.LSN, len(view))
+	}
+}
+
+func TestLateMessageFromEndedIncarnationIsDropped(t *testing.T) {
+	m := newTestManager(t, 8)
+	old := &owner{name: "a", nonce: 1}
+	exchange(t, m, t0, old)
+	late := old.request()
+	fresh := &owner{name: "a", nonce: 2}
+	exchange(t, m, t0, fresh)
+	before, _ := m.Leases("ns")
+	if _, err := m.Request(late, t0); err != nil {
+		t.Fatal(err)
+	}
+	if s := m.Stats(); s.DroppedOld != 1 {
+		t.Errorf("DroppedOld = %d, want 1", s.DroppedOld)
+	}
+	after, _ := m.Leases("ns")
+	if len(before) != len(after) {
+		t.Errorf("late message changed the table")
+	}
+	if o, _ := m.Owners("ns"); len(o) != 1 || o[0].Nonce != 2 {
+		t.Errorf("owners = %+v, want the new incarnation", o)
+	}
+}

@@ -1,0 +1,88 @@
+package ownerguard
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultCoreConfig(t *testing.T) {
+	c := DefaultCoreConfig()
+	if c.LeaseDuration != 60*time.Second || c.RenewInterval != 15*time.Second ||
+		c.RaceBackoffMin != 100*time.Millisecond || c.RaceBackoffMax != time.Second {
+		t.Errorf("DefaultCoreConfig() = %+v", c)
+	}
+	if err := c.Validate(); !errors.Is(err, ErrNoNamespace) {
+		t.Errorf("defaults without identity: %v, want %v", err, ErrNoNamespace)
+	}
+	// Defaults scale with T.
+	cfg := testConfig()
+	cfg.LeaseDuration = 600 * time.Millisecond
+	core, err := NewCore(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := core.Config(); got.RenewInterval != 150*time.Millisecond ||
+		got.RaceBackoffMin != time.Millisecond || got.RaceBackoffMax != 10*time.Millisecond {
+		t.Errorf("defaults for T = 600ms: %+v", got)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mut  func(c *CoreConfig)
+		want error
+	}{
+		{"valid", func(c *CoreConfig) {}, nil},
+		{"no namespace", func(c *CoreConfig) { c.Namespace = "" }, ErrNoNamespace},
+		{"no name", func(c *CoreConfig) { c.Name = "" }, ErrNoName},
+		{"no address", func(c *CoreConfig) { c.Addr = "" }, ErrNoAddr},
+		{"no incarnation", func(c *CoreConfig) { c.Incarnation = 0 }, ErrNoIncarnation},
+		{"negative lease", func(c *CoreConfig) { c.LeaseDuration = -time.Second }, ErrLeaseDuration},
+		{"negative renew", func(c *CoreConfig) { c.RenewInterval = -time.Second }, ErrRenewInterval},
+		{"renew = T", func(c *CoreConfig) { c.RenewInterval = c.LeaseDuration }, ErrRenewInterval},
+		{"renew just under T", func(c *CoreConfig) { c.RenewInterval = c.LeaseDuration - 1 }, nil},
+		{"T too short for T/4", func(c *CoreConfig) { c.LeaseDuration = 3 }, ErrRenewInterval},
+		{"negative backoff", func(c *CoreConfig) { c.RaceBackoffMin = -1 }, ErrRaceBackoff},
+		{"backoff max < min", func(c *CoreConfig) {
+			c.RaceBackoffMin, c.RaceBackoffMax = 2*time.Second, time.Second
+		}, ErrRaceBackoff},
+		{"backoff max > renew", func(c *CoreConfig) { c.RaceBackoffMax = 16 * time.Second }, ErrRaceBackoff},
+		{"backoff max = renew", func(c *CoreConfig) { c.RaceBackoffMax = 15 * time.Second }, nil},
+		{"fixed backoff", func(c *CoreConfig) { c.RaceBackoffMin, c.RaceBackoffMax = time.Second, time.Second }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			tc.mut(&cfg)
+			err := cfg.Validate()
+			if !errors.Is(err, tc.want) || (err == nil) != (tc.want == nil) {
+				t.Fatalf("Validate() = %v, want %v", err, tc.want)
+			}
+			if _, nerr := NewCore(cfg); !errors.Is(nerr, tc.want) || (nerr == nil) != (tc.want == nil) {
+				t.Errorf("NewCore() = %v, want %v", nerr, tc.want)
+			}
+			if err != nil && !strings.HasPrefix(err.Error(), "ownerguard: ") {
+				t.Errorf("error %q lacks the package prefix", err)
+			}
+		})
+	}
+}
+
+func TestNilRandIsSeededFromIncarnation(t *testing.T) {
+	backoff := func(inc uint64) time.Duration {
+		c := newCore(t, func(c *CoreConfig) { c.Rand = nil; c.Incarnation = inc })
+		return c.backoff()
+	}
+	if a, b := backoff(7), backoff(7); a != b {
+		t.Error("same incarnation, different backoff")
+	}
+	seen := map[time.Duration]bool{}
+	for inc := range uint64(16) {
+		seen[backoff(inc+1)] = true
+	}
+	if len(seen) < 8 {
+		t.Errorf("16 incarnations gave only %d distinct backoffs", len(seen))
+	}
+}

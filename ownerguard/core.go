@@ -1,0 +1,338 @@
+package ownerguard
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
+)
+
+// slot is the owner's view of one arc. An arc not held is the zero slot, so
+// that Compact merges everything not held.
+type slot struct {
+	Gen    lease.Gen
+	Held   bool
+	Expiry int64 // unix nanoseconds; held while now < Expiry
+}
+
+// refusal marks a point whose renewal was refused, under the renewed gen.
+type refusal struct {
+	On  bool
+	Gen lease.Gen
+}
+
+// Output is the work a Core hands back from one call.
+type Output struct {
+	// Send is a request to send now, or nil.
+	Send *lease.LeaseRequest
+	// Granted lists ranges newly held, or held under a new generation
+	// (the ownership upcall's grant half), merged and in ring order (by
+	// End, as Core.Held).
+	Granted []ring.Range
+	// Revoked lists ranges no longer held under the generation they were
+	// held under: recalled, expired, or superseded by a new grant.
+	Revoked []ring.Range
+}
+
+// CoreStats counts a Core's messages.
+type CoreStats struct {
+	Sent                    uint64 // requests sent
+	Accepted                uint64 // responses accepted
+	DroppedStale            uint64 // responses not newer than the last heard
+	DroppedRacing           uint64 // responses not acknowledging the latest request
+	DroppedOtherIncarnation uint64 // responses addressed to another incarnation
+	Refused                 uint64 // leases refused (each merged lease counts once)
+}
+
+// Core is the owner side of the lease protocol as a pure state machine (see
+// the package documentation). It does no I/O and reads no clock: every call
+// takes the current time. A Core is not safe for concurrent use; View returns
+// a snapshot that is.
+type Core struct {
+	cfg CoreConfig
+	rnd *rand.Rand
+
+	// held is never modified once installed: every change builds a new
+	// table, so that View can share it.
+	held *ring.Table[slot]
+	view *View
+
+	started   bool
+	mySeq     uint64 // last sequence number sent
+	sentAt    int64  // when request mySeq was sent
+	peerNonce uint64 // last manager nonce heard
+	peerSeq   uint64 // last manager sequence number heard
+	renewAt   int64  // when the next periodic request is due
+
+	resendPending bool  // a race re-send is scheduled
+	resendAt      int64 // when it is due
+
+	refused []lease.Lease // refused since the last request
+	stats   CoreStats
+}
+
+// NewCore returns a Core holding nothing. Call Start to send the first
+// request.
+func NewCore(cfg CoreConfig) (*Core, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	rnd := cfg.Rand
+	if rnd == nil {
+		rnd = rand.New(rand.NewPCG(cfg.Incarnation, cfg.Incarnation^0x9e3779b97f4a7c15))
+	}
+	c := &Core{cfg: cfg, rnd: rnd}
+	c.install(ring.NewTable(slot{}))
+	return c, nil
+}
+
+// Config returns the config in use, with defaults filled in.
+func (c *Core) Config() CoreConfig { return c.cfg }
+
+// Stats returns the message counters.
+func (c *Core) Stats() CoreStats { return c.stats }
+
+func (c *Core) install(t *ring.Table[slot]) {
+	c.held = t
+	c.view = &View{t: t}
+}
+
+// Start opens the session: it returns the first request (Seq 1, nothing
+// held). Call it once; Step and Tick do nothing before it.
+func (c *Core) Start(now time.Time) Output {
+	c.started = true
+	return Output{Send: c.send(now)}
+}
+
+// send builds the next request and resets the timers.
+func (c *Core) send(now time.Time) *lease.LeaseRequest {
+	n := now.UnixNano()
+	c.mySeq++
+	req := &lease.LeaseRequest{
+		Namespace: c.cfg.Namespace,
+		Owner:     c.cfg.Name,
+		Addr:      c.cfg.Addr,
+		Header: lease.Header{
+			Nonce:     c.cfg.Incarnation,
+			Seq:       c.mySeq,
+			PeerNonce: c.peerNonce,
+			AckSeq:    c.peerSeq,
+		},
+		Held:    c.Held(now),
+		Refused: c.refused,
+	}
+	c.refused = nil
+	c.sentAt = n
+	c.renewAt = n + int64(c.cfg.RenewInterval)
+	c.resendPending = false
+	c.stats.Sent++
+	return req
+}
+
+// Step handles a response from the manager.
+func (c *Core) Step(resp lease.LeaseResponse, now time.Time) Output {
+	if !c.started || resp.Namespace != c.cfg.Namespace || resp.Owner != c.cfg.Name {
+		return Output{}
+	}
+	if resp.PeerNonce != c.cfg.Incarnation {
+		c.stats.DroppedOtherIncarnation++
+		return Output{}
+	}
+	filter := !c.cfg.DisableRaceFilter
+	last := c.peerSeq
+	if resp.Nonce != c.peerNonce {
+		last = 0 // a new manager incarnation or leader: its numbering is new
+	}
+	if filter && resp.Seq <= last {
+		c.stats.DroppedStale++
+		return Output{}
+	}
+	c.peerNonce, c.peerSeq = resp.Nonce, resp.Seq
+	if filter && resp.AckSeq != c.mySeq {
+		// Sent before the manager saw our latest request. Recording its
+		// sequence number above makes our re-send acknowledge it.
+		c.stats.DroppedRacing++
+		if !c.resendPending {
+			c.resendPending = true
+			c.resendAt = now.UnixNano() + int64(c.backoff())
+		}
+		return Output{}
+	}
+	return c.accept(resp, now)
+}
+
+// backoff draws a delay uniformly from [RaceBackoffMin, RaceBackoffMax].
+func (c *Core) backoff() time.Duration {
+	lo, hi := c.cfg.RaceBackoffMin, c.cfg.RaceBackoffMax
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(c.rnd.Int64N(int64(hi-lo)+1))
+}
+
+// accept applies a response that acknowledges the latest request.
+func (c *Core) accept(resp lease.LeaseResponse, now time.Time) Output {
+	n := now.UnixNano()
+	c.stats.Accepted++
+	c.resendPending = false
+	exp := c.sentAt + int64(c.cfg.LeaseDuration)
+	live := exp > n
+
+	// cur is what is held now, after expiry.
+	cur := c.held.Clone()
+	for i := 0; i < cur.Len(); i++ {
+		if v := cur.Value(i); v.Held && v.Expiry <= n {
+			cur.SetValue(i, slot{})
+		}
+	}
+	next := ring.NewTable(slot{})
+	refused := ring.NewTable(refusal{})
+	for _, l := range resp.Renew {
+		cur.Span(l.Range, func(i int) {
+			r, v := cur.At(i)
+			if live && v.Held && v.Gen == l.Gen {
+				next.Set(r, slot{Gen: l.Gen, Held: true, Expiry: exp})
+			} else {
+				refused.Set(r, refusal{On: true, Gen: l.Gen})
+			}
+		})
+	}
+	for _, l := range resp.Grant {
+		if live {
+			next.Set(l.Range, slot{Gen: l.Gen, Held: true, Expiry: exp})
+			refused.Set(l.Range, refusal{})
+		} else {
+			// Too late to take: by the time it arrived, the lease it
+			// would start had run out. Not taking it is refusing it.
+			refused.Set(l.Range, refusal{On: true, Gen: l.Gen})
+		}
+	}
+	next.Compact()
+	refused.Compact()
+
+	var nref []lease.Lease
+	refused.Each(func(r ring.Range, v refusal) {
+		if v.On {
+			nref = appendLease(nref, lease.Lease{Range: r, Gen: v.Gen})
+		}
+	})
+	nref = closeLeases(nref)
+	c.refused = append(c.refused, nref...)
+	c.stats.Refused += uint64(len(nref))
+
+	var out Output
+	out.Granted, out.Revoked = diff(c.held, next)
+	c.install(next)
+	if len(out.Granted) > 0 || len(out.Revoked) > 0 || len(nref) > 0 {
+		out.Send = c.send(now)
+	}
+	return out
+}
+
+// Tick expires leases and sends the periodic request or a due race re-send.
+func (c *Core) Tick(now time.Time) Output {
+	if !c.started {
+		return Output{}
+	}
+	n := now.UnixNano()
+	var out Output
+	var next *ring.Table[slot]
+	for i := 0; i < c.held.Len(); i++ {
+		r, v := c.held.At(i)
+		if v.Held && v.Expiry <= n {
+			if next == nil {
+				next = c.held.Clone()
+			}
+			next.SetValue(i, slot{})
+			out.Revoked = appendRange(out.Revoked, r)
+		}
+	}
+	if next != nil {
+		next.Compact()
+		c.install(next)
+		out.Revoked = closeRanges(out.Revoked)
+	}
+	if (c.resendPending && n >= c.resendAt) || n >= c.renewAt {
+		out.Send = c.send(now)
+	}
+	return out
+}
+
+// NextDeadline is the earliest time at which Tick has work: the periodic
+// request, a race re-send, or a lease expiry. It may be in the past. It is
+// the zero time before Start. Compare it with Before or Equal: its location
+// is not that of the times passed in.
+func (c *Core) NextDeadline() time.Time {
+	if !c.started {
+		return time.Time{}
+	}
+	d := c.renewAt
+	if c.resendPending && c.resendAt < d {
+		d = c.resendAt
+	}
+	for i := 0; i < c.held.Len(); i++ {
+		if v := c.held.Value(i); v.Held && v.Expiry < d {
+			d = v.Expiry
+		}
+	}
+	return time.Unix(0, d)
+}
+
+// Held returns the leases held at now (not expired), with adjacent ranges of
+// one generation merged, in ring order: by End, so a range that wraps past
+// zero comes first.
+func (c *Core) Held(now time.Time) []lease.Lease {
+	n := now.UnixNano()
+	var ls []lease.Lease
+	c.held.Each(func(r ring.Range, v slot) {
+		if v.Held && v.Expiry > n {
+			ls = appendLease(ls, lease.Lease{Range: r, Gen: v.Gen})
+		}
+	})
+	return closeLeases(ls)
+}
+
+// diff returns the ranges held in b and not in a under the same generation
+// (granted), and the ranges held in a and not in b under the same generation
+// (revoked). Expiry times do not matter.
+func diff(a, b *ring.Table[slot]) (granted, revoked []ring.Range) {
+	type held struct {
+		Gen  lease.Gen
+		Held bool
+	}
+	type pair struct{ A, B held }
+	d := ring.NewTable(pair{})
+	mark := func(t *ring.Table[slot], second bool) {
+		t.Each(func(r ring.Range, v slot) {
+			if !v.Held {
+				return
+			}
+			d.Span(r, func(i int) {
+				p := d.Value(i)
+				if second {
+					p.B = held{v.Gen, true}
+				} else {
+					p.A = held{v.Gen, true}
+				}
+				d.SetValue(i, p)
+			})
+		})
+	}
+	mark(a, false)
+	mark(b, true)
+	d.Compact()
+	d.Each(func(r ring.Range, p pair) {
+		if p.A == p.B {
+			return
+		}
+		if p.A.Held {
+			revoked = appendRange(revoked, r)
+		}
+		if p.B.Held {
+			granted = appendRange(granted, r)
+		}
+	})
+	return closeRanges(granted), closeRanges(revoked)
+}
