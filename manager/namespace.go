@@ -66,6 +66,7 @@ type namespace struct {
 	view           *ring.Table[viewVal]
 	nextGen        lease.Gen
 	stepGen        lease.Gen // the generation given to arcs freed in the current step
+	stepGrantGen   lease.Gen // the generation given to arcs granted in the current step that were free before it
 	seq            uint64    // last sequence number sent to any session: monotonic per peer even when a session is re-created
 	log            changeLog
 	dirty          map[string]bool // sessions to write to at the end of the step
@@ -190,6 +191,17 @@ func (n *namespace) applyHeld(s *session, req lease.LeaseRequest) {
 	}
 }
 
+// grantGen is the generation for granting an arc that has been free since an
+// earlier step: lookups have seen it free under its generation, so the grant
+// takes a new one. Every change lookups can see thus changes the generation.
+func (n *namespace) grantGen() lease.Gen {
+	if n.stepGrantGen == 0 {
+		n.nextGen++
+		n.stepGrantGen = n.nextGen
+	}
+	return n.stepGrantGen
+}
+
 // free returns a free arc under this step's new generation.
 func (n *namespace) free(clean bool) arc {
 	if n.stepGen == 0 {
@@ -202,7 +214,8 @@ func (n *namespace) free(clean bool) arc {
 // step runs expiry, reconciles the lease table with the desired ring, writes
 // to the owners that need it and records the lookups' view changes.
 func (n *namespace) step(now time.Time, _ []string) Output {
-	n.stepGen = 0
+	// Arcs freed by applyHeld before this call share this step's generation.
+	defer func() { n.stepGen, n.stepGrantGen = 0, 0 }()
 	nowNs := now.UnixNano()
 	for _, name := range sortedKeys(n.sessions) {
 		s := n.sessions[name]
@@ -288,9 +301,13 @@ func (n *namespace) reconcile() {
 			a.st = Granted
 			n.dirty[a.holder] = true
 		case a.st == Free && want != "":
-			// The free arc's generation was made when it was freed and
-			// nobody has held it: the first grant takes it.
-			a = arc{holder: want, gen: a.gen, st: Granted, clean: a.clean}
+			// An arc freed in this step was never seen free: its new
+			// generation, which nobody has held, goes to the grant.
+			g := a.gen
+			if g != n.stepGen {
+				g = n.grantGen()
+			}
+			a = arc{holder: want, gen: g, st: Granted, clean: a.clean}
 			n.dirty[want] = true
 			n.m.stats.Grants++
 		default:

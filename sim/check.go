@@ -13,7 +13,7 @@ import (
 // checker enforces the guarantees at every event.
 //
 //	I1  no two owners believe they hold the same key at the same true instant
-//	G   per point, generations only grow, and a generation is held by one owner
+//	G   per point, generations only grow, and every visible change makes a new one
 //	I4  every lease loss reaches every lookup as a loss notification within B
 //	L   once faults stop, within Settle every arc is held by its desired owner,
 //	    and every lookup's table equals the manager's
@@ -115,8 +115,9 @@ func (c *checker) onChanges(changes []lease.Change) {
 		e := ch.Entry
 		c.gens.Span(e.Range, func(i int) {
 			prev := c.gens.Value(i)
-			ok := e.Gen > prev.gen ||
-				(e.Gen == prev.gen && (prev.owner == "" || prev.owner == e.Owner))
+			// Every change lookups can see changes the generation; a
+			// repeated change (same generation) must say the same.
+			ok := e.Gen > prev.gen || (e.Gen == prev.gen && prev.owner == e.Owner)
 			if !ok {
 				r, _ := c.gens.At(i)
 				c.violation(fmt.Sprintf("G: %v went from gen %d (%q) to gen %d (%q)", r, prev.gen, prev.owner, e.Gen, e.Owner))
