@@ -16,24 +16,17 @@ import (
 // then deliver them to lookups, then send the Send messages. An ownership
 // change is never told to an owner before it is committed.
 type Output struct {
-	Changes []NamespaceChanges
+	Commits []Commit
 	Send    []lease.LeaseResponse
 }
 
-// NamespaceChanges are the changes to one namespace's lookup view.
-type NamespaceChanges struct {
-	Namespace string
-	FromLSN   uint64 // LSN before the first change
-	Changes   []lease.Change
-}
-
 func (o *Output) merge(p Output) {
-	o.Changes = append(o.Changes, p.Changes...)
+	o.Commits = append(o.Commits, p.Commits...)
 	o.Send = append(o.Send, p.Send...)
 }
 
 // Empty reports whether there is nothing to do.
-func (o Output) Empty() bool { return len(o.Changes) == 0 && len(o.Send) == 0 }
+func (o Output) Empty() bool { return len(o.Commits) == 0 && len(o.Send) == 0 }
 
 // Stats counts protocol events since start.
 type Stats struct {
@@ -156,7 +149,7 @@ func (m *Manager) Drain(ns, owner string, now time.Time) (Output, error) {
 		return Output{}, fmt.Errorf("%w: %q in %q", ErrUnknownOwner, owner, ns)
 	}
 	s.draining = true
-	n.membersChanged = true
+	n.membersChanged, n.ownersDirty = true, true
 	return n.step(now, nil), nil
 }
 

@@ -174,10 +174,10 @@ func TestExpiryFreesUnderNewGeneration(t *testing.T) {
 		t.Errorf("tick before the hold ends did something: %+v", out)
 	}
 	out = m.Tick(t0.Add(65 * time.Second))
-	if len(out.Changes) != 1 {
-		t.Fatalf("expiry changes = %+v", out.Changes)
+	if len(out.Commits) != 1 {
+		t.Fatalf("expiry changes = %+v", out.Commits)
 	}
-	c := out.Changes[0].Changes[0]
+	c := out.Commits[0].Changes[0]
 	if c.Entry.Owner != "" || c.Entry.Gen <= 1 || c.Clean {
 		t.Errorf("expiry change = %+v, want free under a new generation, not clean", c)
 	}
@@ -196,10 +196,10 @@ func TestCleanMigrationFlagsTheChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out.Changes) == 0 {
+	if len(out.Commits) == 0 {
 		t.Fatal("release made no change")
 	}
-	for _, c := range out.Changes[0].Changes {
+	for _, c := range out.Commits[0].Changes {
 		if !c.Clean {
 			t.Errorf("change %+v after a migrated release is not clean", c)
 		}

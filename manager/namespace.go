@@ -61,7 +61,8 @@ type namespace struct {
 	retired        map[string][]uint64 // per owner name, nonces of ended incarnations
 	addrs          map[string]string   // last known address per owner name
 	desired        *ring.Ring
-	membersChanged bool
+	membersChanged bool // the desired ring must be recomputed
+	ownersDirty    bool // the owner records changed: commit them
 	table          *ring.Table[arc]
 	view           *ring.Table[viewVal]
 	nextGen        lease.Gen
@@ -118,6 +119,7 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) Output {
 			// be renewed, which the new incarnation refuses, so every range
 			// it held gets a new generation and a loss notification.
 			n.retire(s.name, s.nonce)
+			n.ownersDirty = true
 			for i := 0; i < n.table.Len(); i++ {
 				if a := n.table.Value(i); a.holder == req.Owner && a.st != Free {
 					a.confirmed = true
@@ -125,7 +127,7 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) Output {
 				}
 			}
 		} else {
-			n.membersChanged = true
+			n.membersChanged, n.ownersDirty = true, true
 		}
 		s = &session{name: req.Owner, addr: req.Addr, nonce: req.Nonce}
 		n.sessions[req.Owner] = s
@@ -224,7 +226,7 @@ func (n *namespace) step(now time.Time, _ []string) Output {
 			// partition; by then its own leases have expired.
 			delete(n.sessions, name)
 			delete(n.dirty, name)
-			n.membersChanged = true
+			n.membersChanged, n.ownersDirty = true, true
 			n.m.stats.SessionExpiries++
 		}
 	}
@@ -252,8 +254,8 @@ func (n *namespace) step(now time.Time, _ []string) Output {
 	}
 	clear(n.dirty)
 	n.table.Compact()
-	if ch := n.publish(now); len(ch.Changes) > 0 {
-		out.Changes = append(out.Changes, ch)
+	if c := n.publish(now); len(c.Changes) > 0 || c.Owners != nil {
+		out.Commits = append(out.Commits, c)
 	}
 	n.log.truncate(now, n.m.cfg.LogRetention)
 	return out

@@ -160,7 +160,7 @@ func (h *harness) ownerOutput(name string, o ownerguard.Output) {
 }
 
 func (h *harness) managerOutput(o manager.Output) {
-	for _, nc := range o.Changes {
+	for _, nc := range o.Commits {
 		for _, c := range nc.Changes {
 			clean := ""
 			if c.Clean {

@@ -30,10 +30,14 @@ func (n *namespace) projection(a arc) viewVal {
 
 // publish diffs the lookups' view against the lease table and appends the
 // differences to the change log.
-func (n *namespace) publish(now time.Time) NamespaceChanges {
+func (n *namespace) publish(now time.Time) Commit {
 	next := ring.Map(n.table, n.projection)
 	next.Compact()
-	out := NamespaceChanges{Namespace: n.cfg.Name, FromLSN: n.log.lsn}
+	out := Commit{Namespace: n.cfg.Name, FromLSN: n.log.lsn, At: now}
+	if n.ownersDirty {
+		n.ownersDirty = false
+		out.Owners = n.ownerRecords()
+	}
 	var pending []lease.Change
 	ring.Walk(n.view, next, func(r ring.Range, old, nv viewVal) {
 		if old.same(nv) {
@@ -57,6 +61,7 @@ func (n *namespace) publish(now time.Time) NamespaceChanges {
 	for _, c := range pending {
 		out.Changes = append(out.Changes, n.log.append(c, now))
 	}
+	out.NextGen = n.nextGen
 	return out
 }
 
@@ -105,7 +110,7 @@ func (m *Manager) Lookup(req lease.LookupRequest, now time.Time) (lease.LookupRe
 
 // Push builds the message that delivers these changes to a lookup that is
 // at FromLSN.
-func (nc NamespaceChanges) Push(managerNonce uint64) lease.LookupResponse {
+func (nc Commit) Push(managerNonce uint64) lease.LookupResponse {
 	return lease.LookupResponse{
 		Namespace:    nc.Namespace,
 		ManagerNonce: managerNonce,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"time"
 
@@ -230,6 +231,9 @@ func (c *checker) liveness() {
 			c.violation(fmt.Sprintf("L: %s does not hold %v at gen %d (ok=%v gen=%d)", a.Owner, a.Range, a.Gen, ok, h.Gen))
 			return
 		}
+	}
+	if st, _ := m.State(namespace); !reflect.DeepEqual(st, c.w.mgr.state) {
+		c.violation(fmt.Sprintf("replicated state differs from the core's:\n core %+v\n repl %+v", st, c.w.mgr.state))
 	}
 	view, _ := m.View(namespace)
 	for _, l := range c.w.lookups {

@@ -48,7 +48,10 @@ func (w *world) randomFault() {
 		return live[s.rnd.IntN(len(live))]
 	}
 	T := w.p.T
-	switch k := s.rnd.IntN(10); {
+	switch k := s.rnd.IntN(11); {
+	case k == 10: // the manager's leader fails over
+		w.logf("manager failover")
+		w.mgr.failover()
 	case k < 2: // crash, restart later under a new incarnation
 		if o := pick(); o != nil {
 			w.logf("crash %s", o.name)

@@ -30,8 +30,35 @@ func (t *timer) arm(s *scheduler, at time.Duration, fn func()) {
 type managerNode struct {
 	w     *world
 	core  *manager.Manager
+	cfg   manager.Config
 	clk   clock
 	timer timer
+	// state is the replicated state, built only from the commits: what a
+	// new leader restores from.
+	state     manager.NamespaceState
+	failovers int
+}
+
+// failover replaces the leader: a new lease core restored from the
+// replicated state under a new nonce, as a new raft leader would.
+func (m *managerNode) failover() {
+	m.cfg.Nonce = m.w.s.rnd.Uint64() | 1
+	core, err := manager.Restore(m.cfg, []manager.NamespaceState{m.state}, m.now())
+	if err != nil {
+		m.w.violate("restore: %v", err)
+		return
+	}
+	m.core = core
+	m.failovers++
+	before := len(m.w.check.found)
+	out := m.core.Tick(m.now())
+	for _, c := range out.Commits {
+		if len(c.Changes) > 0 {
+			m.w.violate("failover changed the lease table at once: %+v", c.Changes)
+		}
+	}
+	_ = before
+	m.handle(out)
 }
 
 func (m *managerNode) now() time.Time { return m.clk.local(m.w.s.now) }
@@ -60,7 +87,13 @@ func (m *managerNode) tick() { m.handle(m.core.Tick(m.now())) }
 // handle commits changes (instantly: one node, no log), pushes them to every
 // lookup, then sends the owner messages: the order the core demands.
 func (m *managerNode) handle(out manager.Output) {
-	for _, nc := range out.Changes {
+	for _, nc := range out.Commits {
+		if err := m.state.Apply(nc, m.cfg.LogRetention); err != nil {
+			m.w.violate("replicated state: %v", err)
+		}
+		if len(nc.Changes) == 0 {
+			continue
+		}
 		m.w.check.onChanges(nc.Changes)
 		push := nc.Push(m.core.Nonce())
 		for _, l := range m.w.lookups {

@@ -100,7 +100,11 @@ func newWorld(p Params, log io.Writer) *world {
 	if err := core.CreateNamespace(manager.NamespaceConfig{Name: namespace, RingSize: p.RingSize}, epoch); err != nil {
 		panic(err)
 	}
-	w.mgr = &managerNode{w: w, core: core, clk: clock{rate: 1}}
+	state, err := manager.NewNamespaceState(manager.NamespaceConfig{Name: namespace, RingSize: p.RingSize}, mcfg)
+	if err != nil {
+		panic(err)
+	}
+	w.mgr = &managerNode{w: w, core: core, cfg: mcfg, clk: clock{rate: 1}, state: state}
 	for i := 0; i < p.Lookups; i++ {
 		l := &lookupNode{w: w, name: fmt.Sprintf("lookup%d", i), clk: w.drawClock(p.LookupRates)}
 		w.lookups = append(w.lookups, l)

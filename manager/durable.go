@@ -1,0 +1,186 @@
+package manager
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
+)
+
+// Commit is the durable part of one step of a namespace: what must be
+// replicated before anything that depends on it is sent. The shell applies it
+// to its replicated state (NamespaceState.Apply, deterministic, no clock),
+// then pushes Changes to lookups, then sends the step's owner messages.
+// Renewals are not in it: they stay on the leader.
+type Commit struct {
+	Namespace string
+	FromLSN   uint64         // LSN before the first change
+	Changes   []lease.Change // the lookups' view changes, LSNs FromLSN+1...
+	NextGen   lease.Gen      // the last generation made so far
+	Owners    []OwnerRecord  // the full owner list when it changed, else nil
+	At        time.Time      // the leader's clock, for truncating the log
+}
+
+// OwnerRecord is the durable part of an owner session.
+type OwnerRecord struct {
+	Name, Addr string
+	Nonce      uint64
+	Draining   bool
+}
+
+// LoggedChange is one retained change-log entry.
+type LoggedChange struct {
+	Change lease.Change
+	At     time.Time
+}
+
+// NamespaceState is a namespace as the replicated state machine keeps it:
+// enough for a new leader to take over without losing a lease.
+type NamespaceState struct {
+	Config  NamespaceConfig
+	Owners  []OwnerRecord  // sorted by name
+	Entries []lease.Entry  // the lookups' view: every range, held or free
+	NextGen lease.Gen      // the last generation made
+	LSN     uint64         // the last change's LSN
+	Log     []LoggedChange // changes within the retention, oldest first
+}
+
+// NewNamespaceState is the state of a namespace just created.
+func NewNamespaceState(nc NamespaceConfig, c Config) (NamespaceState, error) {
+	if err := nc.defaults(c); err != nil {
+		return NamespaceState{}, err
+	}
+	return NamespaceState{
+		Config:  nc,
+		Entries: []lease.Entry{{Range: ring.Full(), Gen: 1}},
+		NextGen: 1,
+	}, nil
+}
+
+// Apply folds a commit into the state. It is deterministic and reads no
+// clock: the retention is measured against c.At, the leader's time.
+func (s *NamespaceState) Apply(c Commit, retention time.Duration) error {
+	if c.FromLSN != s.LSN {
+		return fmt.Errorf("%w: commit for %q from LSN %d, state at %d", ErrBadRequest, c.Namespace, c.FromLSN, s.LSN)
+	}
+	if len(c.Changes) > 0 {
+		t := entriesTable(s.Entries)
+		for _, ch := range c.Changes {
+			e := ch.Entry
+			t.Set(e.Range, viewVal{Owner: e.Owner, Addr: e.Addr, Gen: e.Gen})
+			s.LSN = ch.LSN
+			s.Log = append(s.Log, LoggedChange{Change: ch, At: c.At})
+		}
+		t.Compact()
+		s.Entries = tableEntries(t)
+	}
+	k := 0
+	for k < len(s.Log) && c.At.Sub(s.Log[k].At) >= retention {
+		k++
+	}
+	s.Log = s.Log[k:]
+	if c.NextGen > s.NextGen {
+		s.NextGen = c.NextGen
+	}
+	if c.Owners != nil {
+		s.Owners = slices.Clone(c.Owners)
+	}
+	return nil
+}
+
+func entriesTable(es []lease.Entry) *ring.Table[viewVal] {
+	t := ring.NewTable(viewVal{})
+	for _, e := range es {
+		t.Set(e.Range, viewVal{Owner: e.Owner, Addr: e.Addr, Gen: e.Gen})
+	}
+	return t
+}
+
+func tableEntries(t *ring.Table[viewVal]) []lease.Entry {
+	out := make([]lease.Entry, 0, t.Len())
+	t.Each(func(r ring.Range, v viewVal) {
+		out = append(out, lease.Entry{Range: r, Owner: v.Owner, Addr: v.Addr, Gen: v.Gen})
+	})
+	return out
+}
+
+// State exports a namespace's durable state from the live core.
+func (m *Manager) State(ns string) (NamespaceState, error) {
+	n, err := m.namespace(ns)
+	if err != nil {
+		return NamespaceState{}, err
+	}
+	st := NamespaceState{
+		Config:  n.cfg,
+		Owners:  n.ownerRecords(),
+		Entries: n.entries(),
+		NextGen: n.nextGen,
+		LSN:     n.log.lsn,
+	}
+	for _, e := range n.log.entries {
+		st.Log = append(st.Log, LoggedChange{Change: e.c, At: e.at})
+	}
+	return st, nil
+}
+
+func (n *namespace) ownerRecords() []OwnerRecord {
+	out := []OwnerRecord{} // non-nil: an empty list is a change too
+	for _, name := range sortedKeys(n.sessions) {
+		s := n.sessions[name]
+		out = append(out, OwnerRecord{Name: name, Addr: s.addr, Nonce: s.nonce, Draining: s.draining})
+	}
+	return out
+}
+
+// Restore builds a lease core for a new leader from the replicated state.
+// Every held lease is treated as renewed at now, the moment of takeover: the
+// old leader kept it from others for at most the hold time after a request
+// it received before now, so holding it until now plus the hold time is
+// safe, and no lease is lost to a failover. Every owner session is taken as
+// live from now. Held leases are marked confirmed, so the new leader only
+// ever renews them: an owner that never received a grant refuses the
+// renewal and the range is granted anew under a new generation.
+// cfg.Nonce must be new for this leadership term.
+func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, error) {
+	m, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range states {
+		nc := st.Config
+		if err := nc.defaults(cfg); err != nil {
+			return nil, err
+		}
+		n := newNamespace(m, nc, now)
+		n.nextGen = st.NextGen
+		until := now.Add(n.hold).UnixNano()
+		n.table = ring.NewTable(arc{})
+		n.view = ring.NewTable(viewVal{})
+		for _, e := range st.Entries {
+			a := arc{gen: e.Gen}
+			if e.Owner != "" {
+				a = arc{holder: e.Owner, gen: e.Gen, st: Granted, confirmed: true, expiry: until}
+				n.addrs[e.Owner] = e.Addr
+			}
+			n.table.Set(e.Range, a)
+			n.view.Set(e.Range, viewVal{Owner: e.Owner, Addr: e.Addr, Gen: e.Gen})
+		}
+		n.table.Compact()
+		n.view.Compact()
+		for _, o := range st.Owners {
+			n.sessions[o.Name] = &session{name: o.Name, addr: o.Addr, nonce: o.Nonce, draining: o.Draining, lastRecv: now}
+			if _, ok := n.addrs[o.Name]; !ok {
+				n.addrs[o.Name] = o.Addr
+			}
+		}
+		n.membersChanged = true
+		n.log.lsn = st.LSN
+		for _, lc := range st.Log {
+			n.log.entries = append(n.log.entries, logEntry{c: lc.Change, at: lc.At})
+		}
+		m.ns[nc.Name] = n
+	}
+	return m, nil
+}
