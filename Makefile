@@ -36,7 +36,10 @@ bench: ## Run the benchmarks matching BENCH, with allocations
 sim: ## Run the simulator over SEEDS seeds, or replay SEED
 	SEEDS='$(strip $(SEEDS))' FIRST='$(strip $(FIRST))' SEED='$(strip $(SEED))' scripts/sim.sh
 
-demo: ## Run the demo (for now, the protocol simulator over 20 seeds)
+proto: ## Regenerate api/fugev1 from proto/ (installs protoc and plugins)
+	scripts/proto.sh
+
+demo: ## Run the demo (for now, one simulated schedule, then 100 checked ones)
 	scripts/demo.sh
 
 tidy: ## Tidy go.mod and go.sum
@@ -46,4 +49,4 @@ clean: ## Remove ./bin and the Go test cache
 	rm -rf bin
 	go clean -testcache
 
-.PHONY: help test vet fmt fuzz bench sim demo tidy clean
+.PHONY: help test vet fmt fuzz bench sim proto demo tidy clean

@@ -1,0 +1,167 @@
+// Package wire converts between the fuge.v1 protobuf messages and the
+// messages of package lease that the pure cores exchange. Conversions from
+// the wire validate what they read: a malformed message is an error, never a
+// partly applied one.
+package wire
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fuge-project/fuge/api/fugev1"
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
+)
+
+// ErrMalformed is returned for a message that cannot be a valid one.
+var ErrMalformed = errors.New("wire: malformed message")
+
+// MaxLeases bounds the leases in one message: an owner holds at most R
+// ranges, and R is at most ring.MaxRingSize.
+const MaxLeases = ring.MaxRingSize
+
+// Range converts a range to the wire.
+func Range(r ring.Range) *fugev1.Range { return &fugev1.Range{Start: r.Start, End: r.End} }
+
+// RangeFrom converts a range from the wire; a missing range is an error.
+func RangeFrom(r *fugev1.Range) (ring.Range, error) {
+	if r == nil {
+		return ring.Range{}, fmt.Errorf("%w: missing range", ErrMalformed)
+	}
+	return ring.Range{Start: r.Start, End: r.End}, nil
+}
+
+// Leases converts leases to the wire.
+func Leases(ls []lease.Lease) []*fugev1.Lease {
+	out := make([]*fugev1.Lease, len(ls))
+	for i, l := range ls {
+		out[i] = &fugev1.Lease{Range: Range(l.Range), Gen: uint64(l.Gen)}
+	}
+	return out
+}
+
+// LeasesFrom converts leases from the wire.
+func LeasesFrom(ls []*fugev1.Lease) ([]lease.Lease, error) {
+	if len(ls) > MaxLeases {
+		return nil, fmt.Errorf("%w: %d leases, at most %d", ErrMalformed, len(ls), MaxLeases)
+	}
+	out := make([]lease.Lease, len(ls))
+	for i, l := range ls {
+		if l == nil {
+			return nil, fmt.Errorf("%w: missing lease", ErrMalformed)
+		}
+		r, err := RangeFrom(l.Range)
+		if err != nil {
+			return nil, err
+		}
+		if l.Gen == 0 {
+			return nil, fmt.Errorf("%w: lease %v has generation 0", ErrMalformed, r)
+		}
+		out[i] = lease.Lease{Range: r, Gen: lease.Gen(l.Gen)}
+	}
+	return out, nil
+}
+
+func header(h lease.Header) *fugev1.Header {
+	return &fugev1.Header{Nonce: h.Nonce, Seq: h.Seq, PeerNonce: h.PeerNonce, AckSeq: h.AckSeq}
+}
+
+func headerFrom(h *fugev1.Header) (lease.Header, error) {
+	if h == nil {
+		return lease.Header{}, fmt.Errorf("%w: missing header", ErrMalformed)
+	}
+	if h.Nonce == 0 || h.Seq == 0 {
+		return lease.Header{}, fmt.Errorf("%w: header needs a nonzero nonce and seq", ErrMalformed)
+	}
+	return lease.Header{Nonce: h.Nonce, Seq: h.Seq, PeerNonce: h.PeerNonce, AckSeq: h.AckSeq}, nil
+}
+
+// Request converts a lease request to the wire.
+func Request(r lease.LeaseRequest) *fugev1.LeaseRequest {
+	out := &fugev1.LeaseRequest{
+		Namespace: r.Namespace, Owner: r.Owner, Addr: r.Addr,
+		Header: header(r.Header), Held: Leases(r.Held), Refused: Leases(r.Refused),
+	}
+	for _, m := range r.Migrated {
+		out.Migrated = append(out.Migrated, Range(m))
+	}
+	return out
+}
+
+// RequestFrom converts a lease request from the wire.
+func RequestFrom(r *fugev1.LeaseRequest) (lease.LeaseRequest, error) {
+	if r.GetNamespace() == "" || r.GetOwner() == "" {
+		return lease.LeaseRequest{}, fmt.Errorf("%w: namespace and owner are required", ErrMalformed)
+	}
+	h, err := headerFrom(r.Header)
+	if err != nil {
+		return lease.LeaseRequest{}, err
+	}
+	held, err := LeasesFrom(r.Held)
+	if err != nil {
+		return lease.LeaseRequest{}, err
+	}
+	refused, err := LeasesFrom(r.Refused)
+	if err != nil {
+		return lease.LeaseRequest{}, err
+	}
+	if len(r.Migrated) > MaxLeases {
+		return lease.LeaseRequest{}, fmt.Errorf("%w: %d migrated ranges", ErrMalformed, len(r.Migrated))
+	}
+	out := lease.LeaseRequest{Namespace: r.Namespace, Owner: r.Owner, Addr: r.Addr, Header: h, Held: held, Refused: refused}
+	for _, m := range r.Migrated {
+		rr, err := RangeFrom(m)
+		if err != nil {
+			return lease.LeaseRequest{}, err
+		}
+		out.Migrated = append(out.Migrated, rr)
+	}
+	return out, nil
+}
+
+// Response converts a lease response to the wire.
+func Response(r lease.LeaseResponse) *fugev1.LeaseResponse {
+	return &fugev1.LeaseResponse{
+		Namespace: r.Namespace, Owner: r.Owner, Header: header(r.Header),
+		Renew: Leases(r.Renew), Grant: Leases(r.Grant),
+	}
+}
+
+// ResponseFrom converts a lease response from the wire.
+func ResponseFrom(r *fugev1.LeaseResponse) (lease.LeaseResponse, error) {
+	h, err := headerFrom(r.GetHeader())
+	if err != nil {
+		return lease.LeaseResponse{}, err
+	}
+	renew, err := LeasesFrom(r.Renew)
+	if err != nil {
+		return lease.LeaseResponse{}, err
+	}
+	grant, err := LeasesFrom(r.Grant)
+	if err != nil {
+		return lease.LeaseResponse{}, err
+	}
+	return lease.LeaseResponse{Namespace: r.Namespace, Owner: r.Owner, Header: h, Renew: renew, Grant: grant}, nil
+}
+
+// Arc converts one entry of a namespace's view to its xDS resource.
+func Arc(ns string, e lease.Entry) *fugev1.Arc {
+	return &fugev1.Arc{Namespace: ns, Range: Range(e.Range), Owner: e.Owner, Addr: e.Addr, Gen: uint64(e.Gen)}
+}
+
+// ArcName is the xDS resource name of an arc: "<namespace>/<start>-<end>".
+func ArcName(ns string, r ring.Range) string {
+	return fmt.Sprintf("%s/%016x-%016x", ns, r.Start, r.End)
+}
+
+// EntryFrom converts an xDS arc resource to a view entry.
+func EntryFrom(a *fugev1.Arc) (lease.Entry, error) {
+	r, err := RangeFrom(a.GetRange())
+	if err != nil {
+		return lease.Entry{}, err
+	}
+	if a.Owner != "" && a.Addr == "" {
+		return lease.Entry{}, fmt.Errorf("%w: arc %v held by %q without an address", ErrMalformed, r, a.Owner)
+	}
+	return lease.Entry{Range: r, Owner: a.Owner, Addr: a.Addr, Gen: lease.Gen(a.Gen)}, nil
+}

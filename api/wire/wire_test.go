@@ -1,0 +1,90 @@
+package wire
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/fuge-project/fuge/api/fugev1"
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
+	"google.golang.org/protobuf/proto"
+)
+
+func TestRoundTrip(t *testing.T) {
+	req := lease.LeaseRequest{
+		Namespace: "ns", Owner: "a", Addr: "127.0.0.1:1",
+		Header:   lease.Header{Nonce: 9, Seq: 3, PeerNonce: 4, AckSeq: 2},
+		Held:     []lease.Lease{{Range: ring.Range{Start: 1, End: 5}, Gen: 7}, {Range: ring.Range{Start: ^uint64(0) - 1, End: 0}, Gen: 8}},
+		Migrated: []ring.Range{{Start: 5, End: 9}},
+		Refused:  []lease.Lease{{Range: ring.Range{Start: 9, End: 10}, Gen: 2}},
+	}
+	b, err := proto.Marshal(Request(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pb fugev1.LeaseRequest
+	if err := proto.Unmarshal(b, &pb); err != nil {
+		t.Fatal(err)
+	}
+	got, err := RequestFrom(&pb)
+	if err != nil || !reflect.DeepEqual(got, req) {
+		t.Fatalf("request round trip: %+v, %v", got, err)
+	}
+	resp := lease.LeaseResponse{Namespace: "ns", Owner: "a", Header: lease.Header{Nonce: 1, Seq: 2, PeerNonce: 9, AckSeq: 3},
+		Renew: []lease.Lease{{Range: ring.Full(), Gen: 3}}, Grant: []lease.Lease{}}
+	gotResp, err := ResponseFrom(Response(resp))
+	if err != nil || !reflect.DeepEqual(gotResp.Renew, resp.Renew) || gotResp.Header != resp.Header {
+		t.Fatalf("response round trip: %+v, %v", gotResp, err)
+	}
+	e := lease.Entry{Range: ring.Range{Start: 3, End: 4}, Owner: "a", Addr: "x:1", Gen: 5}
+	if ge, err := EntryFrom(Arc("ns", e)); err != nil || ge != e {
+		t.Fatalf("arc round trip: %+v, %v", ge, err)
+	}
+}
+
+func TestMalformed(t *testing.T) {
+	good := Request(lease.LeaseRequest{Namespace: "ns", Owner: "a", Header: lease.Header{Nonce: 1, Seq: 1}})
+	for name, mut := range map[string]func(*fugev1.LeaseRequest){
+		"no namespace":  func(r *fugev1.LeaseRequest) { r.Namespace = "" },
+		"no owner":      func(r *fugev1.LeaseRequest) { r.Owner = "" },
+		"no header":     func(r *fugev1.LeaseRequest) { r.Header = nil },
+		"zero nonce":    func(r *fugev1.LeaseRequest) { r.Header.Nonce = 0 },
+		"zero seq":      func(r *fugev1.LeaseRequest) { r.Header.Seq = 0 },
+		"nil lease":     func(r *fugev1.LeaseRequest) { r.Held = []*fugev1.Lease{nil} },
+		"lease range":   func(r *fugev1.LeaseRequest) { r.Held = []*fugev1.Lease{{Gen: 1}} },
+		"gen zero":      func(r *fugev1.LeaseRequest) { r.Held = []*fugev1.Lease{{Range: &fugev1.Range{}, Gen: 0}} },
+		"nil migrated":  func(r *fugev1.LeaseRequest) { r.Migrated = []*fugev1.Range{nil} },
+		"too many held": func(r *fugev1.LeaseRequest) { r.Held = make([]*fugev1.Lease, MaxLeases+1) },
+	} {
+		r := proto.Clone(good).(*fugev1.LeaseRequest)
+		mut(r)
+		if _, err := RequestFrom(r); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: err = %v, want ErrMalformed", name, err)
+		}
+	}
+	if _, err := EntryFrom(&fugev1.Arc{Range: &fugev1.Range{}, Owner: "a"}); !errors.Is(err, ErrMalformed) {
+		t.Errorf("arc without address: %v", err)
+	}
+}
+
+func FuzzRequestFrom(f *testing.F) {
+	b, _ := proto.Marshal(Request(lease.LeaseRequest{Namespace: "ns", Owner: "a", Header: lease.Header{Nonce: 1, Seq: 1},
+		Held: []lease.Lease{{Range: ring.Range{Start: 1, End: 2}, Gen: 1}}}))
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var pb fugev1.LeaseRequest
+		if proto.Unmarshal(data, &pb) != nil {
+			return
+		}
+		req, err := RequestFrom(&pb)
+		if err != nil {
+			return
+		}
+		// Whatever decodes must encode back to the same request.
+		again, err := RequestFrom(Request(req))
+		if err != nil || !reflect.DeepEqual(again, req) {
+			t.Fatalf("re-encoding changed %+v to %+v (%v)", req, again, err)
+		}
+	})
+}
