@@ -83,10 +83,11 @@ func MoveVNodes(owners []Owner, from, to string, n int) ([]Owner, error) {
 	switch {
 	case n < 0:
 		return nil, fmt.Errorf("%w: negative count %d", ErrMove, n)
+	case from == to:
+		// Checked before the lookup, which would find only fi.
+		return nil, fmt.Errorf("%w: %q to itself", ErrMove, from)
 	case fi < 0 || ti < 0:
 		return nil, fmt.Errorf("%w: unknown owner in %q -> %q", ErrMove, from, to)
-	case from == to:
-		return nil, fmt.Errorf("%w: %q to itself", ErrMove, from)
 	case out[fi].VNodes < n:
 		return nil, fmt.Errorf("%w: %q has %d, asked for %d", ErrMove, from, out[fi].VNodes, n)
 	}

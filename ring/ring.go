@@ -1,10 +1,15 @@
 package ring
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
-	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // Errors returned by this package.
@@ -13,10 +18,15 @@ var (
 	ErrDuplicateName = errors.New("ring: duplicate owner name")
 	ErrNegative      = errors.New("ring: negative virtual-node count")
 	ErrRingSize      = errors.New("ring: ring size must be a power of two in [1, 2^23]")
+	ErrTooMany       = errors.New("ring: too many virtual nodes")
 )
 
 // MaxRingSize is the largest ring Fuge accepts (Envoy's own limit is 2^23).
 const MaxRingSize = 1 << 23
+
+// MaxEntries bounds the total number of entries New accepts, so that
+// positions and indices fit in an int32.
+const MaxEntries = 1 << 30
 
 // Owner is a ring member: its stable name (Envoy's hash_key) and its count of
 // virtual nodes.
@@ -38,6 +48,11 @@ type Ring struct {
 	hashes  []uint64 // sorted entry positions, parallel to entries
 	entries []Entry
 	owners  []Owner
+	// index[k] is the first position whose hash has top bits >= k, for the
+	// top 64-shift bits; index[len-1] = Len(). Lookup searches only
+	// [index[k], index[k+1]), about one or two entries as hashes are uniform.
+	index []int32
+	shift uint8
 }
 
 // ValidRingSize reports whether r is a power of two in [1, MaxRingSize].
@@ -48,7 +63,7 @@ func ValidRingSize(r int) bool { return r >= 1 && r <= MaxRingSize && r&(r-1) ==
 // owner name and index so that the result does not depend on input order.
 func New(owners []Owner) (*Ring, error) {
 	own := slices.Clone(owners)
-	sort.Slice(own, func(i, j int) bool { return own[i].Name < own[j].Name })
+	slices.SortFunc(own, func(a, b Owner) int { return strings.Compare(a.Name, b.Name) })
 	total := 0
 	for i, o := range own {
 		if o.Name == "" {
@@ -60,32 +75,87 @@ func New(owners []Owner) (*Ring, error) {
 		if o.VNodes < 0 {
 			return nil, fmt.Errorf("%w: %q has %d", ErrNegative, o.Name, o.VNodes)
 		}
+		if o.VNodes > MaxEntries || total+o.VNodes > MaxEntries {
+			return nil, fmt.Errorf("%w: more than %d", ErrTooMany, MaxEntries)
+		}
 		total += o.VNodes
 	}
 	entries := make([]Entry, 0, total)
+	var buf []byte
 	for oi, o := range own {
+		// Hash "name_i" for each i, writing the name once per owner.
+		buf = append(append(buf[:0], o.Name...), '_')
+		base := len(buf)
 		for i := 0; i < o.VNodes; i++ {
-			entries = append(entries, Entry{Hash: EntryHash(o.Name, i), Owner: int32(oi), Index: int32(i)})
+			buf = strconv.AppendInt(buf[:base], int64(i), 10)
+			entries = append(entries, Entry{Hash: xxhash.Sum64(buf), Owner: int32(oi), Index: int32(i)})
 		}
 	}
-	// Owners are sorted by name, so (hash, owner index, index) is a total
-	// order independent of the caller's order.
-	slices.SortFunc(entries, func(a, b Entry) int {
-		switch {
-		case a.Hash < b.Hash:
-			return -1
-		case a.Hash > b.Hash:
-			return 1
-		case a.Owner != b.Owner:
-			return int(a.Owner - b.Owner)
-		}
-		return int(a.Index - b.Index)
-	})
+	return build(own, entries), nil
+}
+
+// build sorts entries into a ring over owners, which must be sorted by name.
+// Entries must come in (owner, index) order: a stable sort by hash then
+// yields the total order (hash, owner, index), whatever the caller's order of
+// owners.
+func build(own []Owner, entries []Entry) *Ring {
+	sortEntries(entries)
 	hashes := make([]uint64, len(entries))
 	for i, e := range entries {
 		hashes[i] = e.Hash
 	}
-	return &Ring{hashes: hashes, entries: entries, owners: own}, nil
+	r := &Ring{hashes: hashes, entries: entries, owners: own}
+	r.buildIndex()
+	return r
+}
+
+// buildIndex fills r.index with 2^b buckets, 2^b <= Len() < 2^(b+1), b >= 1.
+func (r *Ring) buildIndex() {
+	b := max(bits.Len(uint(len(r.hashes)))-1, 1)
+	r.shift = uint8(64 - b)
+	nb := 1 << b
+	r.index = make([]int32, nb+1)
+	p := 0
+	for k := 0; k < nb; k++ {
+		for p < len(r.hashes) && r.hashes[p]>>r.shift < uint64(k) {
+			p++
+		}
+		r.index[k] = int32(p)
+	}
+	r.index[nb] = int32(len(r.hashes))
+}
+
+// sortEntries sorts stably by hash: an LSD radix sort on bytes (skipping
+// bytes on which all entries agree) for large rings, the library stable
+// sort for small ones.
+func sortEntries(es []Entry) {
+	if len(es) <= 64 {
+		slices.SortStableFunc(es, func(a, b Entry) int { return cmp.Compare(a.Hash, b.Hash) })
+		return
+	}
+	tmp := make([]Entry, len(es))
+	src, dst := es, tmp
+	for shift := 0; shift < 64; shift += 8 {
+		var count [257]int
+		for _, e := range src {
+			count[int(byte(e.Hash>>shift))+1]++
+		}
+		if count[int(byte(src[0].Hash>>shift))+1] == len(src) {
+			continue // every entry has this byte: the pass would not move anything
+		}
+		for i := 1; i < len(count); i++ {
+			count[i] += count[i-1]
+		}
+		for _, e := range src {
+			d := byte(e.Hash >> shift)
+			dst[count[d]] = e
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &es[0] {
+		copy(es, src)
+	}
 }
 
 // Len is the number of entries.
@@ -105,14 +175,20 @@ func (r *Ring) OwnerName(p int) string { return r.owners[r.entries[p].Owner].Nam
 
 // Lookup returns the position of the entry that owns hash h: the first entry
 // whose hash is >= h, wrapping to 0. It returns -1 for an empty ring.
+//
+// This is the entry Envoy's chooseHost (a ketama binary search) picks: for a
+// sorted ring it finds the unique p with hash[p-1] < h <= hash[p], or wraps
+// to 0, which is the lower bound of h with wrap-around.
 func (r *Ring) Lookup(h uint64) int {
 	hs := r.hashes
-	n := len(hs)
-	if n == 0 {
+	if len(hs) == 0 {
 		return -1
 	}
-	// Lower bound, written out so that it inlines and does not allocate.
-	lo, hi := 0, n
+	// The lower bound lies in [index[k], index[k+1]]: entries before
+	// index[k] have smaller top bits than h, and the entry at index[k+1]
+	// (if any) has larger ones.
+	k := h >> (r.shift & 63)
+	lo, hi := int(r.index[k]), int(r.index[k+1])
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
 		if hs[m] < h {
@@ -121,7 +197,7 @@ func (r *Ring) Lookup(h uint64) int {
 			hi = m
 		}
 	}
-	if lo == n {
+	if lo == len(hs) {
 		return 0
 	}
 	return lo

@@ -39,7 +39,7 @@ func (t *Table[V]) SetValue(i int, v V) { t.vals[i] = v }
 
 func (t *Table[V]) arc(i int) Range {
 	if len(t.ends) == 1 {
-		return Range{Start: t.ends[0], End: t.ends[0]}
+		return Full()
 	}
 	p := i - 1
 	if p < 0 {

@@ -21,7 +21,7 @@ func Walk[V, W comparable](a *Table[V], b *Table[W], fn func(r Range, va V, vb W
 		last = be[len(be)-1]
 	}
 	if len(ae) == 1 && len(be) == 1 && ae[0] == be[0] {
-		fn(Range{Start: ae[0], End: ae[0]}, a.vals[0], b.vals[0])
+		fn(Full(), a.vals[0], b.vals[0])
 		return
 	}
 	prev := last
