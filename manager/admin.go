@@ -1,0 +1,376 @@
+package manager
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// maxAdminBody bounds an admin request body.
+const maxAdminBody = 1 << 20
+
+// Handler is the admin API (JSON), /metrics, /healthz and /readyz.
+// Requests that need the lease core are redirected (307) from a standby to
+// the leader; /v1/cluster answers on every node.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", s.metrics.handler())
+	mux.HandleFunc("GET /v1/cluster", s.getCluster)
+	mux.HandleFunc("POST /v1/cluster/join", s.leaderOnly(s.postJoin))
+	mux.HandleFunc("GET /v1/namespaces", s.leaderOnly(s.getNamespaces))
+	mux.HandleFunc("POST /v1/namespaces", s.leaderOnly(s.postNamespace))
+	mux.HandleFunc("DELETE /v1/namespaces/{ns}", s.leaderOnly(s.deleteNamespace))
+	mux.HandleFunc("GET /v1/namespaces/{ns}/ring", s.leaderOnly(s.getRing))
+	mux.HandleFunc("GET /v1/namespaces/{ns}/leases", s.leaderOnly(s.getLeases))
+	mux.HandleFunc("GET /v1/namespaces/{ns}/owners", s.leaderOnly(s.getOwners))
+	mux.HandleFunc("POST /v1/namespaces/{ns}/owners/{name}/drain", s.leaderOnly(s.postDrain))
+	return mux
+}
+
+type apiError struct {
+	Error string `json:"error"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, ErrBadRequest), errors.Is(err, ErrConfig):
+		code = http.StatusBadRequest
+	case errors.Is(err, ErrUnknownNamespace), errors.Is(err, ErrUnknownOwner):
+		code = http.StatusNotFound
+	case errors.Is(err, ErrNamespaceExists):
+		code = http.StatusConflict
+	case errors.Is(err, ErrNotLeader):
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, apiError{Error: err.Error()})
+}
+
+// leaderOnly runs h with the leader's core, redirects from a standby, and
+// answers 503 while there is no leader.
+func (s *Server) leaderOnly(h func(http.ResponseWriter, *http.Request, *leaderState)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		l := s.leader
+		s.mu.Unlock()
+		if l == nil {
+			if _, _, addr := s.Leader(); addr != "" {
+				u := *r.URL
+				u.Scheme, u.Host = "http", addr
+				http.Redirect(w, r, u.String(), http.StatusTemporaryRedirect)
+				return
+			}
+			writeErr(w, fmt.Errorf("%w: no leader is known", ErrNotLeader))
+			return
+		}
+		h(w, r, l)
+	}
+}
+
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxAdminBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: body: %w", ErrBadRequest, err)
+	}
+	return nil
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if id, _, _ := s.Leader(); id == "" {
+		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "no leader"})
+		return
+	}
+	io.WriteString(w, "ready\n")
+}
+
+type clusterJSON struct {
+	NodeID      string       `json:"node_id"`
+	Role        string       `json:"role"`
+	LeaderID    string       `json:"leader_id"`
+	LeaderGRPC  string       `json:"leader_grpc"`
+	LeaderHTTP  string       `json:"leader_http"`
+	Term        uint64       `json:"term"`
+	LastIndex   uint64       `json:"last_index"`
+	CommitIndex uint64       `json:"commit_index"`
+	Servers     []serverJSON `json:"servers"`
+}
+
+type serverJSON struct {
+	ID       string `json:"id"`
+	Address  string `json:"address"`
+	Suffrage string `json:"suffrage"`
+}
+
+func (s *Server) getCluster(w http.ResponseWriter, _ *http.Request) {
+	id, g, h := s.Leader()
+	c := clusterJSON{
+		NodeID: s.cfg.NodeID, Role: roleName(s.raft.State()),
+		LeaderID: id, LeaderGRPC: g, LeaderHTTP: h,
+		Term: s.raft.CurrentTerm(), LastIndex: s.raft.LastIndex(), CommitIndex: s.raft.AppliedIndex(),
+		Servers: []serverJSON{},
+	}
+	if f := s.raft.GetConfiguration(); f.Error() == nil {
+		for _, sv := range f.Configuration().Servers {
+			c.Servers = append(c.Servers, serverJSON{ID: string(sv.ID), Address: string(sv.Address), Suffrage: sv.Suffrage.String()})
+		}
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+func roleName(st raft.RaftState) string {
+	switch st {
+	case raft.Leader:
+		return "leader"
+	case raft.Candidate:
+		return "candidate"
+	case raft.Follower:
+		return "follower"
+	}
+	return "shutdown"
+}
+
+type joinRequest struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	GRPCAddr string `json:"grpc_addr"`
+	HTTPAddr string `json:"http_addr"`
+}
+
+func (s *Server) postJoin(w http.ResponseWriter, r *http.Request, _ *leaderState) {
+	var j joinRequest
+	if err := decodeBody(r, &j); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if j.ID == "" || j.RaftAddr == "" {
+		writeErr(w, fmt.Errorf("%w: id and raft_addr are required", ErrBadRequest))
+		return
+	}
+	if err := s.raft.AddVoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, 10*time.Second).Error(); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if err := s.apply(command{Op: "node", Node: &NodeInfo{ID: j.ID, GRPCAddr: j.GRPCAddr, HTTPAddr: j.HTTPAddr}}); err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, j)
+}
+
+// postJSON posts body to http://addr+path, following redirects.
+func postJSON(addr, path string, body []byte) error {
+	resp, err := http.Post("http://"+addr+path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(b))
+	}
+	return nil
+}
+
+type namespaceJSON struct {
+	Name          string `json:"name"`
+	RingSize      int    `json:"ring_size"`
+	Header        string `json:"header"`
+	LeaseDuration string `json:"lease_duration"`
+}
+
+func nsJSON(nc NamespaceConfig) namespaceJSON {
+	return namespaceJSON{Name: nc.Name, RingSize: nc.RingSize, Header: nc.Header, LeaseDuration: nc.LeaseDuration.String()}
+}
+
+func (s *Server) getNamespaces(w http.ResponseWriter, _ *http.Request, l *leaderState) {
+	var out []namespaceJSON
+	err := l.do(func() error {
+		for _, nc := range l.core.Namespaces() {
+			out = append(out, nsJSON(nc))
+		}
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"namespaces": append([]namespaceJSON{}, out...)})
+}
+
+func (s *Server) postNamespace(w http.ResponseWriter, r *http.Request, l *leaderState) {
+	var in namespaceJSON
+	if err := decodeBody(r, &in); err != nil {
+		writeErr(w, err)
+		return
+	}
+	nc := NamespaceConfig{Name: in.Name, RingSize: in.RingSize, Header: in.Header}
+	if in.LeaseDuration != "" {
+		d, err := time.ParseDuration(in.LeaseDuration)
+		if err != nil || d <= 0 {
+			writeErr(w, fmt.Errorf("%w: lease_duration %q", ErrBadRequest, in.LeaseDuration))
+			return
+		}
+		nc.LeaseDuration = d
+	}
+	if err := nc.defaults(Config{LeaseDuration: s.cfg.LeaseDuration}); err != nil {
+		writeErr(w, err)
+		return
+	}
+	err := l.do(func() error {
+		if err := s.apply(command{Op: "create", Namespace: &nc}); err != nil {
+			return err
+		}
+		return l.core.CreateNamespace(nc, s.cfg.Clock.Now())
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, nsJSON(nc))
+}
+
+func (s *Server) deleteNamespace(w http.ResponseWriter, r *http.Request, l *leaderState) {
+	ns := r.PathValue("ns")
+	err := l.do(func() error {
+		if err := s.apply(command{Op: "delete", Name: ns}); err != nil {
+			return err
+		}
+		return l.core.DeleteNamespace(ns)
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func hex16(x uint64) string { return fmt.Sprintf("%016x", x) }
+
+func (s *Server) getRing(w http.ResponseWriter, r *http.Request, l *leaderState) {
+	ns := r.PathValue("ns")
+	type entry struct {
+		Position string `json:"position"`
+		Owner    string `json:"owner"`
+		Index    int    `json:"index"`
+	}
+	out := struct {
+		Namespace string  `json:"namespace"`
+		RingSize  int     `json:"ring_size"`
+		Entries   []entry `json:"entries"`
+	}{Namespace: ns, Entries: []entry{}}
+	err := l.do(func() error {
+		rg, err := l.core.DesiredRing(ns)
+		if err != nil {
+			return err
+		}
+		n, _ := l.core.namespace(ns)
+		out.RingSize = n.cfg.RingSize
+		for p, e := range rg.Entries() {
+			out.Entries = append(out.Entries, entry{Position: hex16(e.Hash), Owner: rg.OwnerName(p), Index: int(e.Index)})
+		}
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getLeases(w http.ResponseWriter, r *http.Request, l *leaderState) {
+	ns := r.PathValue("ns")
+	type arcJSON struct {
+		Start      string `json:"start"`
+		End        string `json:"end"`
+		Owner      string `json:"owner"`
+		Generation uint64 `json:"generation"`
+		State      string `json:"state"`
+		ExpiresAt  string `json:"expires_at"`
+	}
+	out := struct {
+		Namespace string    `json:"namespace"`
+		Arcs      []arcJSON `json:"arcs"`
+	}{Namespace: ns, Arcs: []arcJSON{}}
+	err := l.do(func() error {
+		arcs, err := l.core.Leases(ns)
+		for _, a := range arcs {
+			exp := ""
+			if !a.Expiry.IsZero() {
+				exp = a.Expiry.UTC().Format(time.RFC3339Nano)
+			}
+			out.Arcs = append(out.Arcs, arcJSON{Start: hex16(a.Range.Start), End: hex16(a.Range.End), Owner: a.Owner,
+				Generation: uint64(a.Gen), State: a.State.String(), ExpiresAt: exp})
+		}
+		return err
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getOwners(w http.ResponseWriter, r *http.Request, l *leaderState) {
+	ns := r.PathValue("ns")
+	type ownerJSON struct {
+		Name      string `json:"name"`
+		Addr      string `json:"addr"`
+		VNodes    int    `json:"vnodes"`
+		Draining  bool   `json:"draining"`
+		LastHeard string `json:"last_heard"`
+	}
+	out := struct {
+		Namespace string      `json:"namespace"`
+		Owners    []ownerJSON `json:"owners"`
+	}{Namespace: ns, Owners: []ownerJSON{}}
+	err := l.do(func() error {
+		os, err := l.core.Owners(ns)
+		for _, o := range os {
+			out.Owners = append(out.Owners, ownerJSON{Name: o.Name, Addr: o.Addr, VNodes: o.VNodes, Draining: o.Draining,
+				LastHeard: o.LastHeard.UTC().Format(time.RFC3339Nano)})
+		}
+		return err
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) postDrain(w http.ResponseWriter, r *http.Request, l *leaderState) {
+	ns, name := r.PathValue("ns"), r.PathValue("name")
+	err := l.do(func() error {
+		out, err := l.core.Drain(ns, name, s.cfg.Clock.Now())
+		if err != nil {
+			return err
+		}
+		if !l.process(out) {
+			return ErrNotLeader
+		}
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"namespace": ns, "owner": name, "draining": true})
+}
+

@@ -1,0 +1,226 @@
+package manager
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// NodeInfo is where a manager node serves clients; replicated so that any
+// node can send a client to the leader.
+type NodeInfo struct {
+	ID       string `json:"id"`
+	GRPCAddr string `json:"grpc_addr"`
+	HTTPAddr string `json:"http_addr"`
+}
+
+// command is one raft log entry.
+type command struct {
+	Op        string           `json:"op"` // create, delete, commit, node
+	Namespace *NamespaceConfig `json:"namespace,omitempty"`
+	Name      string           `json:"name,omitempty"`
+	Commits   []Commit         `json:"commits,omitempty"`
+	Node      *NodeInfo        `json:"node,omitempty"`
+}
+
+// fsmState is the replicated state.
+type fsmState struct {
+	Namespaces map[string]*NamespaceState `json:"namespaces"`
+	Nodes      map[string]NodeInfo        `json:"nodes"`
+}
+
+// fsm is the raft state machine. Apply is deterministic: it reads no clock
+// (commits carry the leader's time) and its result depends only on the log.
+type fsm struct {
+	mu        sync.RWMutex
+	st        fsmState
+	retention time.Duration
+	lease     time.Duration // default T for namespaces created without one
+	observer  Observer
+	// onApply, if set, hears each applied index (metrics).
+	onApply func(index uint64)
+}
+
+func newFSM(retention, lease time.Duration, obs Observer) *fsm {
+	return &fsm{
+		st:        fsmState{Namespaces: map[string]*NamespaceState{}, Nodes: map[string]NodeInfo{}},
+		retention: retention,
+		lease:     lease,
+		observer:  obs,
+	}
+}
+
+var _ raft.FSM = (*fsm)(nil)
+
+// Apply applies one log entry. Its result is nil or an error value, which
+// raft hands back to the leader's ApplyFuture.Response.
+func (f *fsm) Apply(l *raft.Log) any {
+	var c command
+	if err := json.Unmarshal(l.Data, &c); err != nil {
+		return fmt.Errorf("manager: undecodable log entry %d: %w", l.Index, err)
+	}
+	f.mu.Lock()
+	res, views, deleted := f.apply(c)
+	f.mu.Unlock()
+	if f.observer != nil {
+		for _, v := range views {
+			f.observer.NamespaceView(v.ns, v.entries, v.lsn)
+		}
+		if deleted != "" {
+			f.observer.NamespaceDeleted(deleted)
+		}
+	}
+	if f.onApply != nil {
+		f.onApply(l.Index)
+	}
+	return res
+}
+
+type viewNote struct {
+	ns      string
+	entries []LookupEntry
+	lsn     uint64
+}
+
+func (f *fsm) apply(c command) (res any, views []viewNote, deleted string) {
+	switch c.Op {
+	case "create":
+		if c.Namespace == nil {
+			return fmt.Errorf("%w: create without a namespace", ErrBadRequest), nil, ""
+		}
+		if _, ok := f.st.Namespaces[c.Namespace.Name]; ok {
+			return fmt.Errorf("%w: %q", ErrNamespaceExists, c.Namespace.Name), nil, ""
+		}
+		st, err := NewNamespaceState(*c.Namespace, Config{LeaseDuration: f.lease})
+		if err != nil {
+			return err, nil, ""
+		}
+		f.st.Namespaces[st.Config.Name] = &st
+		return nil, []viewNote{{st.Config.Name, slices.Clone(st.Entries), st.LSN}}, ""
+	case "delete":
+		if _, ok := f.st.Namespaces[c.Name]; !ok {
+			return fmt.Errorf("%w: %q", ErrUnknownNamespace, c.Name), nil, ""
+		}
+		delete(f.st.Namespaces, c.Name)
+		return nil, nil, c.Name
+	case "commit":
+		for _, cm := range c.Commits {
+			st, ok := f.st.Namespaces[cm.Namespace]
+			if !ok {
+				return fmt.Errorf("%w: %q", ErrUnknownNamespace, cm.Namespace), views, ""
+			}
+			if err := st.Apply(cm, f.retention); err != nil {
+				return err, views, ""
+			}
+			if len(cm.Changes) > 0 {
+				views = append(views, viewNote{cm.Namespace, slices.Clone(st.Entries), st.LSN})
+			}
+		}
+		return nil, views, ""
+	case "node":
+		if c.Node == nil || c.Node.ID == "" {
+			return fmt.Errorf("%w: node without an ID", ErrBadRequest), nil, ""
+		}
+		f.st.Nodes[c.Node.ID] = *c.Node
+		return nil, nil, ""
+	}
+	return fmt.Errorf("%w: unknown op %q", ErrBadRequest, c.Op), nil, ""
+}
+
+// states returns deep copies of every namespace state, sorted by name.
+func (f *fsm) states() []NamespaceState {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]NamespaceState, 0, len(f.st.Namespaces))
+	for _, name := range slices.Sorted(maps.Keys(f.st.Namespaces)) {
+		st := *f.st.Namespaces[name]
+		st.Owners = slices.Clone(st.Owners)
+		st.Entries = slices.Clone(st.Entries)
+		st.Log = slices.Clone(st.Log)
+		out = append(out, st)
+	}
+	return out
+}
+
+func (f *fsm) namespaceConfigs() []NamespaceConfig {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]NamespaceConfig, 0, len(f.st.Namespaces))
+	for _, name := range slices.Sorted(maps.Keys(f.st.Namespaces)) {
+		out = append(out, f.st.Namespaces[name].Config)
+	}
+	return out
+}
+
+func (f *fsm) hasNamespace(ns string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	_, ok := f.st.Namespaces[ns]
+	return ok
+}
+
+func (f *fsm) node(id string) (NodeInfo, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	n, ok := f.st.Nodes[id]
+	return n, ok
+}
+
+// Snapshot captures the state as JSON; Persist writes it out.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	b, err := json.Marshal(f.st)
+	if err != nil {
+		return nil, err
+	}
+	return fsmSnapshot(b), nil
+}
+
+// Restore replaces the state with a snapshot's.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	var st fsmState
+	if err := json.NewDecoder(rc).Decode(&st); err != nil {
+		return fmt.Errorf("manager: snapshot: %w", err)
+	}
+	if st.Namespaces == nil {
+		st.Namespaces = map[string]*NamespaceState{}
+	}
+	if st.Nodes == nil {
+		st.Nodes = map[string]NodeInfo{}
+	}
+	f.mu.Lock()
+	old := f.st
+	f.st = st
+	f.mu.Unlock()
+	if f.observer != nil {
+		for name := range old.Namespaces {
+			if _, ok := st.Namespaces[name]; !ok {
+				f.observer.NamespaceDeleted(name)
+			}
+		}
+		for _, s := range f.states() {
+			f.observer.NamespaceView(s.Config.Name, s.Entries, s.LSN)
+		}
+	}
+	return nil
+}
+
+type fsmSnapshot []byte
+
+func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s fsmSnapshot) Release() {}

@@ -1,0 +1,209 @@
+package manager
+
+import (
+	"context"
+	"time"
+
+	"github.com/fuge-project/fuge/api/fugev1"
+	"github.com/fuge-project/fuge/api/wire"
+	"github.com/fuge-project/fuge/lease"
+)
+
+// leaderState runs the lease core on the leader. One goroutine (run) owns
+// the core; everything else talks to it through in. Each core output is
+// committed through raft before any of its messages leave, so an owner is
+// never told of an ownership change that a new leader would not know.
+type leaderState struct {
+	s       *Server
+	core    *Manager
+	in      chan func()
+	done    chan struct{}
+	quit    chan struct{}
+	streams map[streamKey]*ownerStream
+	last    Stats // core counters already added to the metrics
+}
+
+type streamKey struct{ ns, owner string }
+
+// ownerStream is one open OwnerService.Lease stream.
+type ownerStream struct {
+	key    streamKey
+	nonce  uint64
+	out    chan *fugev1.LeaseResponse
+	cancel context.CancelFunc
+}
+
+func newLeaderState(s *Server, core *Manager) *leaderState {
+	return &leaderState{
+		s:       s,
+		core:    core,
+		in:      make(chan func(), 1024),
+		done:    make(chan struct{}),
+		quit:    make(chan struct{}),
+		streams: map[streamKey]*ownerStream{},
+	}
+}
+
+// do runs fn on the loop and waits; ErrNotLeader once the loop has ended.
+func (l *leaderState) do(fn func() error) error {
+	errc := make(chan error, 1)
+	select {
+	case l.in <- func() { errc <- fn() }:
+	case <-l.done:
+		return ErrNotLeader
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-l.done:
+		return ErrNotLeader
+	}
+}
+
+// post queues fn without waiting; false once the loop has ended.
+func (l *leaderState) post(fn func()) bool {
+	select {
+	case l.in <- fn:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+func (l *leaderState) stop() {
+	select {
+	case <-l.quit:
+	default:
+		close(l.quit)
+	}
+	<-l.done
+}
+
+func (l *leaderState) run() {
+	defer close(l.done)
+	defer func() {
+		for _, st := range l.streams {
+			st.cancel()
+		}
+	}()
+	hb := time.NewTicker(l.s.cfg.HeartbeatInterval)
+	defer hb.Stop()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	// Run the timers once: the restored core recomputes its desired rings.
+	if !l.process(l.core.Tick(l.s.cfg.Clock.Now())) {
+		return
+	}
+	for {
+		if d := l.core.NextDeadline(); !d.IsZero() {
+			timer.Reset(max(d.Sub(l.s.cfg.Clock.Now()), 0))
+		} else {
+			timer.Reset(time.Hour)
+		}
+		select {
+		case <-l.quit:
+			return
+		case fn := <-l.in:
+			fn()
+		case <-timer.C:
+			if !l.process(l.core.Tick(l.s.cfg.Clock.Now())) {
+				return
+			}
+		case <-hb.C:
+			if l.s.cfg.Heartbeat != nil {
+				for _, nc := range l.core.Namespaces() {
+					l.s.cfg.Heartbeat(nc.Name)
+				}
+			}
+		}
+		select {
+		case <-l.quit:
+			return
+		default:
+		}
+	}
+}
+
+// process commits an output's durable part, then sends its messages. It
+// returns false, and ends leadership here, if the commit failed.
+func (l *leaderState) process(out Output) bool {
+	l.countStats()
+	if len(out.Commits) > 0 {
+		if err := l.s.apply(command{Op: "commit", Commits: out.Commits}); err != nil {
+			l.s.log.Warn("commit failed; stepping down", "err", err)
+			go l.s.stepDown()
+			select {
+			case <-l.quit:
+			default:
+				close(l.quit)
+			}
+			return false
+		}
+	}
+	for i := range out.Send {
+		m := &out.Send[i]
+		st := l.streams[streamKey{m.Namespace, m.Owner}]
+		if st == nil {
+			continue // the owner is not connected: the protocol tolerates loss
+		}
+		select {
+		case st.out <- wire.Response(*m):
+		default:
+			l.s.metrics.sendDropped.Inc() // a slow owner: drop, it re-sends
+		}
+	}
+	return true
+}
+
+func (l *leaderState) countStats() {
+	st := l.core.Stats()
+	m := l.s.metrics
+	m.grants.Add(float64(st.Grants - l.last.Grants))
+	m.recalls.Add(float64(st.Recalls - l.last.Recalls))
+	m.expiries.Add(float64(st.Expiries - l.last.Expiries))
+	m.droppedRacing.Add(float64(st.DroppedRacing - l.last.DroppedRacing))
+	l.last = st
+}
+
+// open registers an owner stream. A second live stream for an owner name
+// under another incarnation is refused: a name is one process at a time.
+func (l *leaderState) open(st *ownerStream) error {
+	return l.do(func() error {
+		if old := l.streams[st.key]; old != nil {
+			if old.nonce != st.nonce {
+				return ErrOwnerInUse
+			}
+			old.cancel() // the same incarnation reconnected
+		}
+		l.streams[st.key] = st
+		return nil
+	})
+}
+
+func (l *leaderState) closed(st *ownerStream) {
+	l.post(func() {
+		if l.streams[st.key] == st {
+			delete(l.streams, st.key)
+		}
+	})
+}
+
+// request feeds one owner request to the core.
+func (l *leaderState) request(req lease.LeaseRequest) error {
+	var reqErr error
+	err := l.do(func() error {
+		out, err := l.core.Request(req, l.s.cfg.Clock.Now())
+		if err != nil {
+			reqErr = err
+			return nil
+		}
+		if !l.process(out) {
+			return ErrNotLeader
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return reqErr
+}

@@ -1,0 +1,106 @@
+package manager
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fuge-project/fuge/api/fugev1"
+	"github.com/fuge-project/fuge/api/wire"
+)
+
+// ownerService serves OwnerService.Lease on every node; only the leader
+// accepts streams.
+type ownerService struct {
+	fugev1.UnimplementedOwnerServiceServer
+	s *Server
+}
+
+func (o *ownerService) Lease(stream fugev1.OwnerService_LeaseServer) error {
+	s := o.s
+	ctx := stream.Context()
+	if err := s.CheckLeader(ctx); err != nil {
+		return err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	req, err := wire.RequestFrom(first)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if !s.fsm.hasNamespace(req.Namespace) {
+		return status.Errorf(codes.NotFound, "%v: %q", ErrUnknownNamespace, req.Namespace)
+	}
+	s.mu.Lock()
+	l := s.leader
+	s.mu.Unlock()
+	if l == nil {
+		return s.CheckLeader(ctx)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st := &ownerStream{key: streamKey{req.Namespace, req.Owner}, nonce: req.Nonce, out: make(chan *fugev1.LeaseResponse, 64), cancel: cancel}
+	if err := l.open(st); err != nil {
+		if errors.Is(err, ErrOwnerInUse) {
+			return status.Errorf(codes.AlreadyExists, "%v: %q in %q", err, req.Owner, req.Namespace)
+		}
+		return s.CheckLeader(ctx)
+	}
+	defer l.closed(st)
+	s.metrics.ownerStreams.Inc()
+	defer s.metrics.ownerStreams.Dec()
+
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			if err := l.request(req); err != nil {
+				recvErr <- err
+				return
+			}
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			if req, err = wire.RequestFrom(m); err != nil {
+				recvErr <- status.Error(codes.InvalidArgument, err.Error())
+				return
+			}
+			if req.Namespace != st.key.ns || req.Owner != st.key.owner || req.Nonce != st.nonce {
+				recvErr <- status.Error(codes.InvalidArgument, "manager: a stream carries one owner session")
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case m := <-st.out:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		case err := <-recvErr:
+			return o.streamError(ctx, err)
+		case <-sctx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return s.CheckLeader(ctx) // replaced, or leadership ended
+		}
+	}
+}
+
+func (o *ownerService) streamError(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, ErrNotLeader):
+		return o.s.CheckLeader(ctx)
+	case errors.Is(err, ErrUnknownNamespace):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, ErrBadRequest):
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return err
+}

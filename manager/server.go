@@ -1,0 +1,375 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/fuge-project/fuge/api/fugev1"
+)
+
+// LeaderTrailer is the gRPC trailer in which a standby names the leader.
+const LeaderTrailer = "fuge-leader"
+
+// Server is one manager node: raft-replicated state, the lease core on the
+// leader, the owner protocol over gRPC and the admin API over HTTP.
+type Server struct {
+	cfg     ServerConfig
+	log     *slog.Logger
+	fsm     *fsm
+	raft    *raft.Raft
+	trans   *raft.NetworkTransport
+	store   *raftboltdb.BoltStore
+	grpc    *grpc.Server
+	http    *http.Server
+	grpcLn  net.Listener
+	httpLn  net.Listener
+	metrics *metrics
+
+	mu     sync.Mutex
+	leader *leaderState // non-nil while this node leads
+	wg     sync.WaitGroup
+	stop   chan struct{}
+	once   sync.Once
+}
+
+// NewServer validates the configuration; Start brings the node up.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
+	s.fsm = newFSM(cfg.LogRetention, cfg.LeaseDuration, cfg.Observer)
+	s.metrics = newMetrics(s)
+	s.fsm.onApply = s.metrics.applied
+	return s, nil
+}
+
+// Start opens the data directory and raft, binds the three listeners, joins
+// or bootstraps the cluster, and returns once the node serves. register, if
+// not nil, adds services (the xds package's) to the node's gRPC server.
+func (s *Server) Start(register func(*grpc.Server)) (err error) {
+	defer func() {
+		if err != nil {
+			s.closeAll()
+		}
+	}()
+	if err := os.MkdirAll(s.cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("manager: data dir: %w", err)
+	}
+	if s.grpcLn, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("manager: grpc listener: %w", err)
+	}
+	if s.httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("manager: http listener: %w", err)
+	}
+	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Output: os.Stderr, Level: hclog.Warn})
+	if s.cfg.Logger.Handler() == slog.DiscardHandler {
+		hlog = hclog.NewNullLogger()
+	}
+	if s.trans, err = raft.NewTCPTransportWithLogger(s.cfg.RaftAddr, nil, 3, 5*time.Second, hlog); err != nil {
+		return fmt.Errorf("manager: raft transport: %w", err)
+	}
+	if s.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(s.cfg.DataDir, "raft.db")}); err != nil {
+		return fmt.Errorf("manager: raft store: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(s.cfg.DataDir, 2, hlog)
+	if err != nil {
+		return fmt.Errorf("manager: snapshots: %w", err)
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(s.cfg.NodeID)
+	rc.Logger = hlog
+	if s.cfg.RaftHeartbeatTimeout > 0 {
+		rc.HeartbeatTimeout = s.cfg.RaftHeartbeatTimeout
+	}
+	if s.cfg.RaftElectionTimeout > 0 {
+		rc.ElectionTimeout = s.cfg.RaftElectionTimeout
+	}
+	if s.cfg.RaftLeaderLeaseTimeout > 0 {
+		rc.LeaderLeaseTimeout = s.cfg.RaftLeaderLeaseTimeout
+	}
+	if err := raft.ValidateConfig(rc); err != nil {
+		return fmt.Errorf("%w: raft: %w", ErrConfig, err)
+	}
+	existing, err := raft.HasExistingState(s.store, s.store, snaps)
+	if err != nil {
+		return fmt.Errorf("manager: raft state: %w", err)
+	}
+	if s.raft, err = raft.NewRaft(rc, s.fsm, s.store, s.store, snaps, s.trans); err != nil {
+		return fmt.Errorf("manager: raft: %w", err)
+	}
+	if !existing && s.cfg.Join == "" {
+		boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: s.trans.LocalAddr()}}}
+		if err := s.raft.BootstrapCluster(boot).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			return fmt.Errorf("manager: bootstrap: %w", err)
+		}
+	}
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes),
+		grpc.MaxSendMsgSize(s.cfg.MaxMessageBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+	)
+	fugev1.RegisterOwnerServiceServer(s.grpc, &ownerService{s: s})
+	if register != nil {
+		register(s.grpc)
+	}
+	s.http = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	s.wg.Add(3)
+	go func() { defer s.wg.Done(); _ = s.grpc.Serve(s.grpcLn) }()
+	go func() { defer s.wg.Done(); _ = s.http.Serve(s.httpLn) }()
+	go func() { defer s.wg.Done(); s.watchLeadership() }()
+	if s.cfg.Join != "" && !existing {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.joinLoop() }()
+	}
+	s.log.Info("manager node started", "id", s.cfg.NodeID, "raft", s.trans.LocalAddr(), "grpc", s.grpcLn.Addr(), "http", s.httpLn.Addr())
+	return nil
+}
+
+// Stop stops the node. A leader first hands leadership to another voter,
+// so a clean stop costs the cluster no election timeout.
+func (s *Server) Stop(ctx context.Context) error {
+	var err error
+	s.once.Do(func() {
+		if s.raft != nil && s.raft.State() == raft.Leader && s.voters() > 1 {
+			if e := s.raft.LeadershipTransfer().Error(); e != nil {
+				s.log.Warn("leadership transfer", "err", e)
+			}
+		}
+		close(s.stop)
+		s.stepDown()
+		if s.raft != nil {
+			err = s.raft.Shutdown().Error()
+		}
+		s.closeAll()
+		done := make(chan struct{})
+		go func() { s.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	})
+	return err
+}
+
+func (s *Server) closeAll() {
+	if s.grpc != nil {
+		s.grpc.Stop()
+	} else if s.grpcLn != nil {
+		s.grpcLn.Close()
+	}
+	if s.http != nil {
+		s.http.Close()
+	} else if s.httpLn != nil {
+		s.httpLn.Close()
+	}
+	if s.trans != nil {
+		s.trans.Close()
+	}
+	if s.store != nil {
+		s.store.Close()
+	}
+}
+
+func (s *Server) voters() int {
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	n := 0
+	for _, sv := range f.Configuration().Servers {
+		if sv.Suffrage == raft.Voter {
+			n++
+		}
+	}
+	return n
+}
+
+// Addrs are the bound addresses (useful with port 0).
+func (s *Server) Addrs() (raftAddr, grpcAddr, httpAddr string) {
+	if s.trans != nil {
+		raftAddr = string(s.trans.LocalAddr())
+	}
+	if s.grpcLn != nil {
+		grpcAddr = s.grpcLn.Addr().String()
+	}
+	if s.httpLn != nil {
+		httpAddr = s.httpLn.Addr().String()
+	}
+	return
+}
+
+// IsLeader reports whether this node leads and runs the lease core.
+func (s *Server) IsLeader() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leader != nil
+}
+
+// Leader returns the leader's node ID and its gRPC and HTTP addresses, or
+// empty strings while there is none.
+func (s *Server) Leader() (id, grpcAddr, httpAddr string) {
+	if s.raft == nil {
+		return "", "", ""
+	}
+	_, lid := s.raft.LeaderWithID()
+	if lid == "" {
+		return "", "", ""
+	}
+	n, _ := s.fsm.node(string(lid))
+	return string(lid), n.GRPCAddr, n.HTTPAddr
+}
+
+// CheckLeader returns nil on the leader. Elsewhere it sets the "fuge-leader"
+// trailer on the gRPC stream in ctx to the leader's gRPC address and returns
+// a FAILED_PRECONDITION status. Lookup streams (xds) call it too.
+func (s *Server) CheckLeader(ctx context.Context) error {
+	if s.IsLeader() {
+		return nil
+	}
+	_, addr, _ := s.Leader()
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(LeaderTrailer, addr))
+	return status.Errorf(codes.FailedPrecondition, "%v; leader: %q", ErrNotLeader, addr)
+}
+
+// watchLeadership starts and stops the lease core as leadership comes and
+// goes.
+func (s *Server) watchLeadership() {
+	for {
+		select {
+		case <-s.stop:
+			return
+		case isLeader := <-s.raft.LeaderCh():
+			if isLeader {
+				if err := s.becomeLeader(); err != nil {
+					s.log.Warn("taking over as leader failed", "err", err)
+				}
+			} else {
+				s.stepDown()
+			}
+		}
+	}
+}
+
+// becomeLeader waits until every committed entry is applied, registers
+// this node's addresses, creates the configured namespaces, and restores the
+// lease core from the replicated state, every lease renewed as of now.
+func (s *Server) becomeLeader() error {
+	if err := s.raft.Barrier(10 * time.Second).Error(); err != nil {
+		return err
+	}
+	_, g, h := s.Addrs()
+	me := NodeInfo{ID: s.cfg.NodeID, GRPCAddr: g, HTTPAddr: h}
+	if n, ok := s.fsm.node(me.ID); !ok || n != me {
+		if err := s.apply(command{Op: "node", Node: &me}); err != nil {
+			return err
+		}
+	}
+	for _, nc := range s.cfg.Namespaces {
+		if !s.fsm.hasNamespace(nc.Name) {
+			nc := nc
+			if err := s.apply(command{Op: "create", Namespace: &nc}); err != nil && !errors.Is(err, ErrNamespaceExists) {
+				return err
+			}
+		}
+	}
+	now := s.cfg.Clock.Now()
+	core, err := Restore(s.coreConfig(), s.fsm.states(), now)
+	if err != nil {
+		return err
+	}
+	l := newLeaderState(s, core)
+	s.mu.Lock()
+	s.leader = l
+	s.mu.Unlock()
+	s.metrics.leaderChanges.Inc()
+	s.log.Info("leading", "id", s.cfg.NodeID, "term", s.raft.CurrentTerm())
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); l.run() }()
+	return nil
+}
+
+func (s *Server) coreConfig() Config {
+	c := DefaultConfig()
+	c.Nonce = rand.Uint64() | 1
+	c.LeaseDuration = s.cfg.LeaseDuration
+	c.LogRetention = s.cfg.LogRetention
+	c.RaceBackoffMin, c.RaceBackoffMax = s.cfg.LeaseDuration/600, s.cfg.LeaseDuration/60
+	return c
+}
+
+func (s *Server) stepDown() {
+	s.mu.Lock()
+	l := s.leader
+	s.leader = nil
+	s.mu.Unlock()
+	if l != nil {
+		l.stop()
+		s.log.Info("stepped down", "id", s.cfg.NodeID)
+	}
+}
+
+// apply commits a command and returns the FSM's verdict.
+func (s *Server) apply(c command) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	f := s.raft.Apply(b, 10*time.Second)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return fmt.Errorf("%w: %w", ErrNotLeader, err)
+		}
+		return err
+	}
+	s.metrics.commitLatency.Observe(time.Since(start).Seconds())
+	if err, ok := f.Response().(error); ok {
+		return err
+	}
+	return nil
+}
+
+// joinLoop asks a running member to add this node as a voter, retrying
+// until it is in.
+func (s *Server) joinLoop() {
+	r, g, h := s.Addrs()
+	body, _ := json.Marshal(joinRequest{ID: s.cfg.NodeID, RaftAddr: r, GRPCAddr: g, HTTPAddr: h})
+	backoff := 100 * time.Millisecond
+	for {
+		err := postJSON(s.cfg.Join, "/v1/cluster/join", body)
+		if err == nil {
+			s.log.Info("joined", "via", s.cfg.Join)
+			return
+		}
+		s.log.Warn("join", "via", s.cfg.Join, "err", err)
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}

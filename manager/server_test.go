@@ -1,0 +1,247 @@
+package manager_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/fuge-project/fuge/api/fugev1"
+	"github.com/fuge-project/fuge/api/wire"
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/manager"
+)
+
+const defaultTestTimeout = 20 * time.Second
+
+// fastRaft shortens raft's timers so elections take tens of milliseconds.
+func fastRaft(c *manager.ServerConfig) {
+	c.RaftHeartbeatTimeout = 100 * time.Millisecond
+	c.RaftElectionTimeout = 100 * time.Millisecond
+	c.RaftLeaderLeaseTimeout = 50 * time.Millisecond
+}
+
+func startNode(t *testing.T, id, join string, mut func(*manager.ServerConfig)) *manager.Server {
+	t.Helper()
+	cfg := manager.DefaultServerConfig()
+	cfg.NodeID = id
+	cfg.DataDir = t.TempDir()
+	cfg.RaftAddr, cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Join = join
+	cfg.LeaseDuration = 3 * time.Second
+	cfg.Namespaces = []manager.NamespaceConfig{{Name: "ns", RingSize: 64}}
+	fastRaft(&cfg)
+	if mut != nil {
+		mut(&cfg)
+	}
+	s, err := manager.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Stop(ctx)
+	})
+	return s
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(defaultTestTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not a guess at duration
+	}
+}
+
+func dial(t *testing.T, addr string) fugev1.OwnerServiceClient {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return fugev1.NewOwnerServiceClient(cc)
+}
+
+func hello(ns, owner string, nonce uint64) *fugev1.LeaseRequest {
+	return wire.Request(lease.LeaseRequest{Namespace: ns, Owner: owner, Addr: owner + ":1", Header: lease.Header{Nonce: nonce, Seq: 1}})
+}
+
+func getJSON(t *testing.T, url string, v any) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if v != nil {
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+func TestSingleNodeGrantsEveryArc(t *testing.T) {
+	s := startNode(t, "n1", "", nil)
+	eventually(t, "leadership", s.IsLeader)
+	_, g, h := s.Addrs()
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	stream, err := dial(t, g).Lease(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(hello("ns", "a", 11)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := wire.ResponseFrom(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Grant) != 1 || !r.Grant[0].Range.IsFull() || r.AckSeq != 1 || r.PeerNonce != 11 {
+		t.Fatalf("first response = %+v, want the whole ring granted, acknowledging seq 1", r)
+	}
+	var leases struct {
+		Arcs []struct{ Owner, State string }
+	}
+	if code := getJSON(t, "http://"+h+"/v1/namespaces/ns/leases", &leases); code != 200 {
+		t.Fatalf("leases: %d", code)
+	}
+	if len(leases.Arcs) != 1 || leases.Arcs[0].Owner != "a" || leases.Arcs[0].State != "granted" {
+		t.Errorf("leases = %+v", leases)
+	}
+	var cl struct {
+		Role, LeaderID string
+		LastIndex      uint64 `json:"last_index"`
+	}
+	getJSON(t, "http://"+h+"/v1/cluster", &cl)
+	if cl.Role != "leader" || cl.LastIndex == 0 {
+		t.Errorf("cluster = %+v", cl)
+	}
+}
+
+func TestBadInputGetsAClearErrorAndChangesNothing(t *testing.T) {
+	s := startNode(t, "n1", "", func(c *manager.ServerConfig) { c.MaxMessageBytes = 64 << 10 })
+	eventually(t, "leadership", s.IsLeader)
+	_, g, h := s.Addrs()
+	client := dial(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	open := func(first *fugev1.LeaseRequest) (fugev1.OwnerService_LeaseClient, error) {
+		st, err := client.Lease(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := st.Send(first); err != nil {
+			return nil, err
+		}
+		_, err = st.Recv()
+		return st, err
+	}
+	if _, err := open(hello("nope", "a", 1)); status.Code(err) != codes.NotFound {
+		t.Errorf("unknown namespace: %v, want NotFound", err)
+	}
+	bad := hello("ns", "a", 1)
+	bad.Header.Seq = 0
+	if _, err := open(bad); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("malformed: %v, want InvalidArgument", err)
+	}
+	huge := hello("ns", "a", 1)
+	huge.Addr = strings.Repeat("x", 100<<10)
+	if _, err := open(huge); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("oversized: %v, want ResourceExhausted", err)
+	}
+	if _, err := open(hello("ns", "a", 1)); err != nil {
+		t.Fatalf("first session: %v", err)
+	}
+	if _, err := open(hello("ns", "a", 2)); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("second live session under the same name: %v, want AlreadyExists", err)
+	}
+	var leases struct{ Arcs []struct{ Owner string } }
+	getJSON(t, "http://"+h+"/v1/namespaces/ns/leases", &leases)
+	for _, a := range leases.Arcs {
+		if a.Owner != "a" {
+			t.Errorf("the refused session changed the table: %+v", leases)
+		}
+	}
+	post := func(body string) int {
+		resp, err := http.Post("http://"+h+"/v1/namespaces", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for body, want := range map[string]int{
+		`{"name":`:                          400,
+		`{"name":"x","ring_size":100}`:      400,
+		`{"name":"x","ring_size":64,"z":1}`: 400,
+		`{"name":"ns","ring_size":64}`:      409,
+		`{"name":"x","lease_duration":"q"}`: 400,
+		`{"name":"x","ring_size":64}`:       201,
+	} {
+		if got := post(body); got != want {
+			t.Errorf("POST %s = %d, want %d", body, got, want)
+		}
+	}
+	var nss struct{ Namespaces []struct{ Name string } }
+	getJSON(t, "http://"+h+"/v1/namespaces", &nss)
+	if len(nss.Namespaces) != 2 {
+		t.Errorf("namespaces after bad creates = %+v, want ns and x", nss)
+	}
+	if code := getJSON(t, "http://"+h+"/v1/namespaces/zzz/leases", nil); code != 404 {
+		t.Errorf("unknown namespace leases = %d", code)
+	}
+	req, _ := http.NewRequest("POST", "http://"+h+"/v1/namespaces/ns/owners/ghost/drain", nil)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 404 {
+		t.Errorf("drain unknown owner: %v %v", resp.StatusCode, err)
+	}
+}
+
+func TestStandbyNamesTheLeader(t *testing.T) {
+	a := startNode(t, "n1", "", nil)
+	eventually(t, "leadership", a.IsLeader)
+	_, ag, ah := a.Addrs()
+	b := startNode(t, "n2", ah, nil)
+	eventually(t, "n2 to learn the leader", func() bool { id, _, _ := b.Leader(); return id == "n1" })
+	_, bg, bh := b.Addrs()
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	st, err := dial(t, bg).Lease(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Send(hello("ns", "a", 1))
+	_, err = st.Recv()
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("standby: %v, want FailedPrecondition", err)
+	}
+	if got := st.Trailer().Get(manager.LeaderTrailer); len(got) != 1 || got[0] != ag {
+		t.Errorf("trailer %v, want leader %s", st.Trailer(), ag)
+	}
+	// The admin API redirects to the leader.
+	var leases struct{ Namespace string }
+	if code := getJSON(t, "http://"+bh+"/v1/namespaces/ns/leases", &leases); code != 200 || leases.Namespace != "ns" {
+		t.Errorf("standby admin: %d %+v", code, leases)
+	}
+}

@@ -1,0 +1,150 @@
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/fuge-project/fuge/lease"
+)
+
+// Errors of the manager service.
+var (
+	ErrNotLeader    = errors.New("manager: not the leader")
+	ErrOwnerInUse   = errors.New("manager: owner name held by another live session")
+	ErrShuttingDown = errors.New("manager: shutting down")
+)
+
+// Clock is the service's time source. The lease core never reads a clock;
+// the service passes it Now(). Tests inject their own.
+type Clock interface{ Now() time.Time }
+
+// Observer hears every change to a namespace's replicated lookup view, on
+// every node, as the raft FSM applies it. Entries is the whole view after
+// the change (it must not be modified). The xds package implements it to
+// serve the lease table to lookups.
+type Observer interface {
+	NamespaceView(ns string, entries []LookupEntry, version uint64)
+	NamespaceDeleted(ns string)
+}
+
+// LookupEntry is one range of a namespace's lookup view (lease.Entry, named
+// here so that implementers of Observer need not import lease).
+type LookupEntry = lease.Entry
+
+// ServerConfig configures a manager node. Every protocol duration derives
+// from LeaseDuration, so tests run the same protocol in milliseconds.
+type ServerConfig struct {
+	NodeID   string // stable raft server ID (default "node1")
+	DataDir  string // raft log, stable store and snapshots (default "./fuge-data")
+	RaftAddr string // raft transport (default 127.0.0.1:7400)
+	GRPCAddr string // owner protocol and xDS (default 127.0.0.1:7401)
+	HTTPAddr string // admin API, /metrics, /healthz (default 127.0.0.1:7402)
+	// Join is the admin HTTP address of a running member; empty means
+	// bootstrap a single-node cluster when there is no state yet.
+	Join string
+
+	LeaseDuration     time.Duration // owner lease T (default 60 s); the manager holds T·65/60
+	LogRetention      time.Duration // change log retention (default 5 min)
+	HeartbeatInterval time.Duration // lookup heartbeat (default T/6)
+
+	// Raft timing; zero means hashicorp/raft's defaults. Tests shorten them.
+	RaftHeartbeatTimeout, RaftElectionTimeout, RaftLeaderLeaseTimeout time.Duration
+
+	// Namespaces are created at start when missing.
+	Namespaces []NamespaceConfig
+
+	MaxMessageBytes int // gRPC message limit (default 4 MiB)
+
+	Logger   *slog.Logger // default: discard
+	Clock    Clock        // default: the wall clock
+	Observer Observer     // optional: the lease table's xDS publisher
+	// Heartbeat, when set, is called every HeartbeatInterval on the leader
+	// for each namespace (the xds package rewrites its heartbeat resource).
+	Heartbeat func(ns string)
+	// LookupStreams, when set, reports open lookup streams for /metrics.
+	LookupStreams func() int
+}
+
+// DefaultServerConfig returns the documented defaults.
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{
+		NodeID:          "node1",
+		DataDir:         "./fuge-data",
+		RaftAddr:        "127.0.0.1:7400",
+		GRPCAddr:        "127.0.0.1:7401",
+		HTTPAddr:        "127.0.0.1:7402",
+		LeaseDuration:   60 * time.Second,
+		LogRetention:    5 * time.Minute,
+		MaxMessageBytes: 4 << 20,
+	}
+}
+
+// Validate checks the fields against each other, after defaults.
+func (c ServerConfig) Validate() error {
+	switch {
+	case c.NodeID == "":
+		return fmt.Errorf("%w: NodeID is empty", ErrConfig)
+	case c.DataDir == "":
+		return fmt.Errorf("%w: DataDir is empty", ErrConfig)
+	case c.RaftAddr == "" || c.GRPCAddr == "" || c.HTTPAddr == "":
+		return fmt.Errorf("%w: raft, gRPC and HTTP addresses are required", ErrConfig)
+	case c.LeaseDuration <= 0:
+		return fmt.Errorf("%w: LeaseDuration %v must be positive", ErrConfig, c.LeaseDuration)
+	case c.LogRetention <= 0:
+		return fmt.Errorf("%w: LogRetention %v must be positive", ErrConfig, c.LogRetention)
+	case c.HeartbeatInterval < 0 || c.HeartbeatInterval >= c.LeaseDuration:
+		return fmt.Errorf("%w: HeartbeatInterval %v must be under LeaseDuration", ErrConfig, c.HeartbeatInterval)
+	case c.MaxMessageBytes < 0:
+		return fmt.Errorf("%w: MaxMessageBytes must not be negative", ErrConfig)
+	}
+	for _, nc := range c.Namespaces {
+		if err := nc.defaults(Config{LeaseDuration: c.LeaseDuration}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c ServerConfig) withDefaults() ServerConfig {
+	d := DefaultServerConfig()
+	if c.NodeID == "" {
+		c.NodeID = d.NodeID
+	}
+	if c.DataDir == "" {
+		c.DataDir = d.DataDir
+	}
+	if c.RaftAddr == "" {
+		c.RaftAddr = d.RaftAddr
+	}
+	if c.GRPCAddr == "" {
+		c.GRPCAddr = d.GRPCAddr
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = d.HTTPAddr
+	}
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = d.LeaseDuration
+	}
+	if c.LogRetention == 0 {
+		c.LogRetention = d.LogRetention
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = c.LeaseDuration / 6
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = d.MaxMessageBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = wallClock{}
+	}
+	return c
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
