@@ -373,4 +373,3 @@ func (s *Server) postDrain(w http.ResponseWriter, r *http.Request, l *leaderStat
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"namespace": ns, "owner": name, "draining": true})
 }
-
