@@ -174,6 +174,21 @@ func (s *Server) Stop(ctx context.Context) error {
 	return err
 }
 
+// Kill stops the node at once, as a crash would: no leadership transfer,
+// no goodbye to clients. Failover tests use it; a person uses Stop.
+func (s *Server) Kill() {
+	s.once.Do(func() {
+		close(s.stop)
+		if s.raft != nil {
+			// No leadership transfer; waiting for raft's goroutines to end
+			// only keeps them off the closed store.
+			_ = s.raft.Shutdown().Error()
+		}
+		s.closeAll()
+		s.stepDown()
+	})
+}
+
 func (s *Server) closeAll() {
 	if s.grpc != nil {
 		s.grpc.Stop()
