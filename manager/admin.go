@@ -31,6 +31,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/namespaces/{ns}/ring", s.leaderOnly(s.getRing))
 	mux.HandleFunc("GET /v1/namespaces/{ns}/leases", s.leaderOnly(s.getLeases))
 	mux.HandleFunc("GET /v1/namespaces/{ns}/owners", s.leaderOnly(s.getOwners))
+	mux.HandleFunc("GET /v1/namespaces/{ns}/view", s.leaderOnly(s.getView))
 	mux.HandleFunc("POST /v1/namespaces/{ns}/owners/{name}/drain", s.leaderOnly(s.postDrain))
 	return mux
 }
@@ -347,6 +348,42 @@ func (s *Server) getOwners(w http.ResponseWriter, r *http.Request, l *leaderStat
 				LastHeard: o.LastHeard.UTC().Format(time.RFC3339Nano)})
 		}
 		return err
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ViewEntry is one range of the lookups' view in the admin API.
+type ViewEntry struct {
+	Start      string `json:"start"`
+	End        string `json:"end"`
+	Owner      string `json:"owner"`
+	Addr       string `json:"addr"`
+	Generation uint64 `json:"generation"`
+}
+
+// getView serves the lookups' view: what every lookup converges to.
+func (s *Server) getView(w http.ResponseWriter, r *http.Request, l *leaderState) {
+	ns := r.PathValue("ns")
+	out := struct {
+		Namespace string      `json:"namespace"`
+		LSN       uint64      `json:"lsn"`
+		Entries   []ViewEntry `json:"entries"`
+	}{Namespace: ns, Entries: []ViewEntry{}}
+	err := l.do(func() error {
+		view, err := l.core.View(ns)
+		if err != nil {
+			return err
+		}
+		out.LSN, _ = l.core.LSN(ns)
+		for _, e := range view {
+			out.Entries = append(out.Entries, ViewEntry{Start: hex16(e.Range.Start), End: hex16(e.Range.End),
+				Owner: e.Owner, Addr: e.Addr, Generation: uint64(e.Gen)})
+		}
+		return nil
 	})
 	if err != nil {
 		writeErr(w, err)
