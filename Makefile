@@ -13,7 +13,7 @@ help: ## Show this help
 	@echo 'usage: make <target> [VAR=value ...]'
 	@echo
 	@echo 'targets:'
-	@awk -F ':.*## ' '/^[a-z][a-z0-9_-]*:.*## / { printf "  %-6s  %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@awk -F ':.*## ' '/^[a-z][a-z0-9_-]*:.*## / { printf "  %-13s  %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 	@echo
 	@echo 'variables:'
 	@awk -F ' *[?]= *| *## ' '/^[A-Z_]+ *[?]=.*## / { printf "  %-8s  %s%s\n", $$1, $$3, ($$2 == "" ? "" : " [" $$2 "]") }' $(MAKEFILE_LIST)
@@ -33,6 +33,9 @@ fuzz: ## Run every fuzz target for FUZZTIME each
 bench: ## Run the benchmarks matching BENCH, with allocations
 	go test -run '^$$' -bench '$(strip $(BENCH))' -benchmem ./...
 
+bench-manager: ## Measure one manager under 500 owners + 2,000 lookups (PRS §7.1), steady and churn
+	go run ./bench/managerscale
+
 sim: ## Run the simulator over SEEDS seeds, or replay SEED
 	SEEDS='$(strip $(SEEDS))' FIRST='$(strip $(FIRST))' SEED='$(strip $(SEED))' scripts/sim.sh
 
@@ -49,4 +52,4 @@ clean: ## Remove ./bin and the Go test cache
 	rm -rf bin
 	go clean -testcache
 
-.PHONY: help test vet fmt fuzz bench sim proto demo tidy clean
+.PHONY: help test vet fmt fuzz bench bench-manager sim proto demo tidy clean

@@ -1,0 +1,345 @@
+// Command managerscale measures one fuge-manager process under the PRS
+// §7.1 load: 500 owners and 2,000 lookups as real gRPC clients on
+// 127.0.0.1, first in steady state, then with every node restarting at
+// random so that some node restarts every 12 s on average. It reports the
+// manager's CPU (% of one core, from /proc), its peak RSS and the bytes per
+// second on its client connections, as a table.
+//
+//	go run ./bench/managerscale                      # the PRS configuration
+//	go run ./bench/managerscale -owners 50 -lookups 200 -steady 20s -churn 20s
+package main
+
+import (
+	"context"
+	"flag"
+	"io"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fuge-project/fuge/lb"
+	"github.com/fuge-project/fuge/ownerguard"
+	"github.com/fuge-project/fuge/ring"
+)
+
+const namespace = "bench"
+
+func main() {
+	owners := flag.Int("owners", 500, "owners (PRS: 500)")
+	lookups := flag.Int("lookups", 2000, "lookups (PRS: 2,000)")
+	steady := flag.Duration("steady", 60*time.Second, "steady-state measurement window")
+	churn := flag.Duration("churn", 60*time.Second, "churn measurement window")
+	every := flag.Duration("restart-every", 12*time.Second, "mean time between node restarts during churn")
+	leaseT := flag.Duration("lease", 60*time.Second, "lease duration T")
+	seed := flag.Uint64("seed", 1, "seed for the restart schedule")
+	flag.Parse()
+	log.SetFlags(log.Ltime)
+	if err := run(*owners, *lookups, *steady, *churn, *every, *leaseT, *seed); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed uint64) error {
+	dir, err := os.MkdirTemp("", "managerscale")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "fuge-manager")
+	log.Printf("building fuge-manager")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/fuge-manager").CombinedOutput(); err != nil {
+		return fmt.Errorf("build: %v\n%s", err, out)
+	}
+	raftAddr, grpcAddr, httpAddr := freePort(), freePort(), freePort()
+	cmd := exec.Command(bin, "--data-dir", filepath.Join(dir, "data"), "--node-id", "m1",
+		"--raft-addr", raftAddr, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
+		"--lease-duration", leaseT.String(), "--namespace", namespace+":4096", "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	pid := cmd.Process.Pid
+	if err := waitHTTP("http://"+httpAddr+"/v1/namespaces/"+namespace+"/leases", time.Minute); err != nil {
+		return err
+	}
+	log.Printf("manager pid %d up on %s", pid, grpcAddr)
+
+	var bytesIn, bytesOut atomic.Int64
+	dialer := func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return &countingConn{Conn: c, in: &bytesIn, out: &bytesOut}, nil
+	}
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(dialer)}
+	p := &pool{managers: []string{grpcAddr}, dial: dial, lease: leaseT}
+	ctx := context.Background()
+	log.Printf("starting %d owners and %d lookups", nOwners, nLookups)
+	for i := range nOwners {
+		p.owners = append(p.owners, p.newOwner(ctx, fmt.Sprintf("owner-%04d", i)))
+	}
+	for i := range nLookups {
+		p.lookups = append(p.lookups, p.newLookup(ctx, fmt.Sprintf("lookup-%04d", i)))
+	}
+	if err := p.waitReady(5 * time.Minute); err != nil {
+		return err
+	}
+	if err := waitConverged(httpAddr, nOwners, 5*time.Minute); err != nil {
+		return err
+	}
+	log.Printf("all ready; measuring steady state for %v", steady)
+	var rows []row
+	rows = append(rows, measure(fmt.Sprintf("%d owners + %d lookups", nOwners, nLookups), "steady", pid, steady, &bytesIn, &bytesOut, nil))
+	log.Printf("measuring churn (a restart every %v on average) for %v", every, churn)
+	rnd := rand.New(rand.NewPCG(seed, 0))
+	restarts := 0
+	rows = append(rows, measure(fmt.Sprintf("%d owners + %d lookups", nOwners, nLookups), fmt.Sprintf("churn, restart every %v", every), pid, churn, &bytesIn, &bytesOut,
+		func(stop <-chan struct{}) {
+			for {
+				wait := time.Duration(rnd.ExpFloat64() * float64(every))
+				select {
+				case <-stop:
+					return
+				case <-time.After(wait):
+				}
+				p.restartOne(ctx, rnd)
+				restarts++
+			}
+		}))
+	rows[1].note = fmt.Sprintf("%d restarts", restarts)
+	printTable(rows, leaseT)
+	p.close()
+	return nil
+}
+
+type row struct {
+	config, phase string
+	cpu           float64 // % of one core
+	rssMB         float64
+	inBps, outBps float64
+	note          string
+}
+
+// measure samples the manager's CPU and RSS over a window while load (if
+// any) runs.
+func measure(config, phase string, pid int, window time.Duration, in, out *atomic.Int64, load func(stop <-chan struct{})) row {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	if load != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); load(stop) }()
+	}
+	cpu0, t0 := cpuTicks(pid), time.Now()
+	in0, out0 := in.Load(), out.Load()
+	peak := 0.0
+	tick := time.NewTicker(time.Second)
+	deadline := time.After(window)
+loop:
+	for {
+		select {
+		case <-tick.C:
+			peak = max(peak, rssMB(pid))
+		case <-deadline:
+			break loop
+		}
+	}
+	tick.Stop()
+	close(stop)
+	wg.Wait()
+	secs := time.Since(t0).Seconds()
+	return row{
+		config: config, phase: phase,
+		cpu:    100 * float64(cpuTicks(pid)-cpu0) / clockTicks / secs,
+		rssMB:  max(peak, rssMB(pid)),
+		inBps:  float64(out.Load()-out0) / secs, // what clients sent is what the manager received
+		outBps: float64(in.Load()-in0) / secs,
+	}
+}
+
+func printTable(rows []row, leaseT time.Duration) {
+	fmt.Printf("\nmanagerscale: one fuge-manager process, lease T=%v, 127.0.0.1, %d cores\n\n", leaseT, numCPU())
+	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "configuration\tphase\tmanager CPU (% of a core)\tpeak RSS (MB)\tbytes/s in\tbytes/s out\tgoal\tnotes")
+	for i, r := range rows {
+		goal := "< 5% CPU, < 200 MB"
+		if i > 0 {
+			goal = "< 25% CPU"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%.2f\t%.1f\t%.0f\t%.0f\t%s\t%s\n", r.config, r.phase, r.cpu, r.rssMB, r.inBps, r.outBps, goal, r.note)
+	}
+	w.Flush()
+}
+
+// pool is the set of simulated nodes.
+type pool struct {
+	mu       sync.Mutex
+	managers []string
+	dial     []grpc.DialOption
+	lease    time.Duration
+	owners   []*ownerguard.Owner
+	lookups  []*lb.Lookup
+}
+
+func (p *pool) newOwner(ctx context.Context, name string) *ownerguard.Owner {
+	o, err := ownerguard.NewOwner(ownerguard.OwnerConfig{
+		Managers: p.managers, Namespace: namespace, Name: name, Addr: name + ":80",
+		LeaseDuration: p.lease, DialOptions: p.dial,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := o.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	return o
+}
+
+func (p *pool) newLookup(ctx context.Context, name string) *lb.Lookup {
+	l, err := lb.NewLookup(lb.LookupConfig{
+		Managers: p.managers, Namespace: namespace, Name: name, DialOptions: p.dial,
+		OnLoss: func([]ring.Range, bool) {},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := l.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	return l
+}
+
+func (p *pool) waitReady(limit time.Duration) error {
+	deadline := time.After(limit)
+	for i, o := range p.owners {
+		select {
+		case <-o.Ready():
+		case <-deadline:
+			return fmt.Errorf("owner %d not ready after %v", i, limit)
+		}
+	}
+	for i, l := range p.lookups {
+		select {
+		case <-l.Ready():
+		case <-deadline:
+			return fmt.Errorf("lookup %d not ready after %v", i, limit)
+		}
+	}
+	return nil
+}
+
+// restartOne restarts a random node: an owner comes back as a new
+// incarnation under its name, a lookup reconnects from scratch.
+func (p *pool) restartOne(ctx context.Context, rnd *rand.Rand) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := rnd.IntN(len(p.owners) + len(p.lookups))
+	if k < len(p.owners) {
+		p.owners[k].Close()
+		p.owners[k] = p.newOwner(ctx, fmt.Sprintf("owner-%04d", k))
+		return
+	}
+	k -= len(p.owners)
+	p.lookups[k].Close()
+	p.lookups[k] = p.newLookup(ctx, fmt.Sprintf("lookup-%04d", k))
+}
+
+func (p *pool) close() {
+	for _, o := range p.owners {
+		o.Close()
+	}
+	for _, l := range p.lookups {
+		l.Close()
+	}
+}
+
+type countingConn struct {
+	net.Conn
+	in, out *atomic.Int64
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.in.Add(int64(n))
+	return n, err
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.out.Add(int64(n))
+	return n, err
+}
+
+func freePort() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func waitHTTP(url string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not ready after %v", url, limit)
+}
+
+// waitConverged polls the admin API until every arc is granted and every
+// owner has a session.
+func waitConverged(httpAddr string, owners int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		body, err := get("http://" + httpAddr + "/metrics")
+		if err == nil && metric(body, `fuge_owners{namespace="`+namespace+`"}`) == float64(owners) &&
+			metric(body, `fuge_arcs{namespace="`+namespace+`",state="recalling"}`) == 0 &&
+			metric(body, `fuge_arcs{namespace="`+namespace+`",state="free"}`) == 0 {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("lease table not converged after %v", limit)
+}
+
+func get(url string) (string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+func metric(body, name string) float64 {
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return -1
+}

@@ -1,0 +1,326 @@
+// Package config loads fuge-manager's configuration from flags, FUGE_*
+// environment variables and an optional YAML file, in that order of
+// precedence, over manager.DefaultServerConfig.
+//
+// Every setting is described once, in the settings table: its flag, its
+// environment variable, its YAML key, its default and how to parse a value.
+// The three sources feed the same parser, so a value means the same thing
+// wherever it is written, and an error names the flag, variable or key (with
+// the file's line) that it came from.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fuge-project/fuge/manager"
+	"github.com/fuge-project/fuge/ring"
+)
+
+// Config is a loaded configuration.
+type Config struct {
+	// Server is complete: every default is filled in and it validates.
+	// Logger, Clock, Observer and Heartbeat are left for main to wire.
+	Server   manager.ServerConfig
+	LogLevel slog.Level
+	// File is the YAML file that was read, or empty.
+	File string
+}
+
+// setting is one configuration knob, reachable as --flag, ENV and yaml_key.
+type setting struct {
+	flag, env, key string
+	arg            string // placeholder for the value in --help
+	usage          string // one line for --help
+	def            string // default for --help
+	set            func(*Config, string) error
+}
+
+// settings lists every knob in --help order. config (the file itself) is
+// handled before the others, and namespaces also has a YAML list form.
+func settings() []setting {
+	return []setting{
+		{flag: "node-id", env: "FUGE_NODE_ID", key: "node_id", arg: "ID", def: "node1",
+			usage: "stable raft server ID; keep it across restarts",
+			set:   func(c *Config, v string) error { return nonEmpty(&c.Server.NodeID, v) }},
+		{flag: "data-dir", env: "FUGE_DATA_DIR", key: "data_dir", arg: "DIR", def: "./fuge-data",
+			usage: "raft log, stable store and snapshots",
+			set:   func(c *Config, v string) error { return nonEmpty(&c.Server.DataDir, v) }},
+		{flag: "raft-addr", env: "FUGE_RAFT_ADDR", key: "raft_addr", arg: "HOST:PORT", def: "127.0.0.1:7400",
+			usage: "raft transport address, advertised to the other members",
+			set:   func(c *Config, v string) error { return hostPort(&c.Server.RaftAddr, v) }},
+		{flag: "grpc-addr", env: "FUGE_GRPC_ADDR", key: "grpc_addr", arg: "HOST:PORT", def: "127.0.0.1:7401",
+			usage: "gRPC address: owner protocol and xDS (Envoy ADS, proxyless gRPC)",
+			set:   func(c *Config, v string) error { return hostPort(&c.Server.GRPCAddr, v) }},
+		{flag: "http-addr", env: "FUGE_HTTP_ADDR", key: "http_addr", arg: "HOST:PORT", def: "127.0.0.1:7402",
+			usage: "HTTP address: admin API (fugectl), /metrics, /healthz, /readyz",
+			set:   func(c *Config, v string) error { return hostPort(&c.Server.HTTPAddr, v) }},
+		{flag: "join", env: "FUGE_JOIN", key: "join", arg: "HOST:PORT", def: "none: bootstrap a single-node cluster",
+			usage: "admin HTTP address of a running member to join",
+			set: func(c *Config, v string) error {
+				if v == "" {
+					c.Server.Join = ""
+					return nil
+				}
+				return hostPort(&c.Server.Join, v)
+			}},
+		{flag: "lease-duration", env: "FUGE_LEASE_DURATION", key: "lease_duration", arg: "DURATION", def: "60s",
+			usage: "owner lease T of namespaces that set none; the manager holds T·65/60",
+			set:   func(c *Config, v string) error { return duration(&c.Server.LeaseDuration, v) }},
+		{flag: "log-retention", env: "FUGE_LOG_RETENTION", key: "log_retention", arg: "DURATION", def: "5m",
+			usage: "how long the change log keeps a change for reconnecting lookups",
+			set:   func(c *Config, v string) error { return duration(&c.Server.LogRetention, v) }},
+		{flag: "heartbeat-interval", env: "FUGE_HEARTBEAT_INTERVAL", key: "heartbeat_interval", arg: "DURATION", def: "lease-duration/6",
+			usage: "how often the leader tells lookups it is alive; under lease-duration",
+			set:   func(c *Config, v string) error { return duration(&c.Server.HeartbeatInterval, v) }},
+		{flag: "log-level", env: "FUGE_LOG_LEVEL", key: "log_level", arg: "LEVEL", def: "info",
+			usage: "debug, info, warn or error",
+			set:   setLogLevel},
+		{flag: "namespace", env: "FUGE_NAMESPACES", key: "namespaces", arg: "NAME[:RINGSIZE][,...]", def: "default:4096",
+			usage: "namespaces created at start when missing; repeat or comma-separate;\n\tan empty value means none (the file's list also takes header, lease_duration)",
+			set:   setNamespaces},
+	}
+}
+
+const (
+	configFlag = "config"
+	configEnv  = "FUGE_CONFIG"
+)
+
+// Load builds the configuration from args (without the program name), the
+// environment read through getenv (an empty value counts as unset) and the
+// YAML file named by --config or FUGE_CONFIG. It returns flag.ErrHelp when
+// --help was asked for. Every other error is a mistake in how the program
+// was called (a bad flag, variable, file or value), named in the message.
+func Load(args []string, getenv func(string) string) (Config, error) {
+	fs := flag.NewFlagSet("fuge-manager", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	var file string
+	fs.StringVar(&file, configFlag, "", "")
+	// Flags are parsed first, to find the file, and applied last.
+	type flagValue struct {
+		s     *setting
+		value string
+	}
+	var fromFlags []flagValue
+	table := settings()
+	for i := range table {
+		s := &table[i]
+		fs.Func(s.flag, s.usage, func(v string) error {
+			fromFlags = append(fromFlags, flagValue{s, v})
+			return nil
+		})
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err // flag.ErrHelp for --help
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q (fuge-manager takes only flags)", fs.Arg(0))
+	}
+
+	c := Config{Server: manager.DefaultServerConfig(), LogLevel: slog.LevelInfo}
+	c.Server.Namespaces = []manager.NamespaceConfig{{Name: "default", RingSize: 4096}}
+
+	if file == "" {
+		file = getenv(configEnv)
+	}
+	if file != "" {
+		if err := loadFile(&c, table, file); err != nil {
+			return Config{}, err
+		}
+		c.File = file
+	}
+	for _, s := range table {
+		if v := getenv(s.env); v != "" {
+			if err := s.set(&c, v); err != nil {
+				return Config{}, fmt.Errorf("%s=%q: %w", s.env, v, err)
+			}
+		}
+	}
+	// The namespace flag accumulates: every occurrence adds to one list that
+	// replaces the lower layers' list.
+	var nsFlag []string
+	for _, f := range fromFlags {
+		if f.s.flag == "namespace" {
+			nsFlag = append(nsFlag, f.value)
+			continue
+		}
+		if err := f.s.set(&c, f.value); err != nil {
+			return Config{}, fmt.Errorf("--%s %q: %w", f.s.flag, f.value, err)
+		}
+	}
+	if nsFlag != nil {
+		v := strings.Join(nsFlag, ",")
+		if err := setNamespaces(&c, v); err != nil {
+			return Config{}, fmt.Errorf("--namespace %q: %w", v, err)
+		}
+	}
+
+	if c.Server.HeartbeatInterval == 0 {
+		c.Server.HeartbeatInterval = c.Server.LeaseDuration / 6
+	}
+	if err := check(c.Server); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// check tests the settings against each other, naming them as a person
+// wrote them, then leaves the rest to the manager's own Validate.
+func check(s manager.ServerConfig) error {
+	if s.HeartbeatInterval >= s.LeaseDuration {
+		return fmt.Errorf("heartbeat-interval %v must be under lease-duration %v", s.HeartbeatInterval, s.LeaseDuration)
+	}
+	seen := map[string]bool{}
+	for _, ns := range s.Namespaces {
+		if seen[ns.Name] {
+			return fmt.Errorf("namespaces: %q is listed twice", ns.Name)
+		}
+		seen[ns.Name] = true
+	}
+	return s.Validate()
+}
+
+// Usage writes --help.
+func Usage(w io.Writer) {
+	fmt.Fprint(w, `Usage: fuge-manager [flags]
+
+Runs one Fuge manager node: the raft-replicated lease table, the owner
+protocol and xDS over gRPC, and the admin API over HTTP. With no flags it is
+a working single-node manager with one namespace, "default" (ring size 4096),
+keeping its state in ./fuge-data. Add nodes with --join.
+
+Each setting comes from, in order of precedence: its flag, its environment
+variable (an empty value counts as unset), the YAML file (--config), the
+default. Durations are Go durations: 500ms, 30s, 5m, 1h30m.
+
+Flags:
+`)
+	fmt.Fprintf(w, "  --%s FILE\n\tYAML file with the settings below under their keys\n\t(env %s)\n", configFlag, configEnv)
+	for _, s := range settings() {
+		fmt.Fprintf(w, "  --%s %s\n\t%s\n\t(default %s; env %s; key %s)\n", s.flag, s.arg, s.usage, s.def, s.env, s.key)
+	}
+	fmt.Fprint(w, `  --help
+	print this help
+
+Example file:
+	node_id: node1
+	data_dir: /var/lib/fuge
+	lease_duration: 30s
+	namespaces:
+	  - name: users
+	    ring_size: 1024
+	    header: X-User-Id
+	    lease_duration: 60s
+	  - name: carts
+`)
+}
+
+func nonEmpty(dst *string, v string) error {
+	if v == "" {
+		return errors.New("must not be empty")
+	}
+	*dst = v
+	return nil
+}
+
+func hostPort(dst *string, v string) error {
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return errors.New("want HOST:PORT (IPv6 hosts in brackets)")
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number in [0, 65535]", port)
+	}
+	*dst = v
+	return nil
+}
+
+func duration(dst *time.Duration, v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return errors.New("not a duration (want e.g. 500ms, 30s, 5m)")
+	}
+	if d <= 0 {
+		return fmt.Errorf("must be positive, not %v", d)
+	}
+	*dst = d
+	return nil
+}
+
+func setLogLevel(c *Config, v string) error {
+	switch strings.ToLower(v) {
+	case "debug":
+		c.LogLevel = slog.LevelDebug
+	case "info":
+		c.LogLevel = slog.LevelInfo
+	case "warn", "warning":
+		c.LogLevel = slog.LevelWarn
+	case "error":
+		c.LogLevel = slog.LevelError
+	default:
+		return errors.New("want debug, info, warn or error")
+	}
+	return nil
+}
+
+// setNamespaces parses NAME[:RINGSIZE][,...]; the empty string is no
+// namespaces.
+func setNamespaces(c *Config, v string) error {
+	out := []manager.NamespaceConfig{}
+	for item := range strings.SplitSeq(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, size, hasSize := strings.Cut(item, ":")
+		ns := manager.NamespaceConfig{Name: name, RingSize: 4096}
+		if hasSize {
+			n, err := strconv.Atoi(size)
+			if err != nil {
+				return fmt.Errorf("namespace %q: ring size %q is not a number", name, size)
+			}
+			ns.RingSize = n
+		}
+		if err := checkNamespace(ns); err != nil {
+			return err
+		}
+		out = append(out, ns)
+	}
+	c.Server.Namespaces = out
+	return nil
+}
+
+func checkNamespace(ns manager.NamespaceConfig) error {
+	if ns.Name == "" {
+		return errors.New("namespace name is empty")
+	}
+	if !ring.ValidRingSize(ns.RingSize) {
+		return fmt.Errorf("namespace %q: ring size %d is not a power of two in [1, %d]", ns.Name, ns.RingSize, ring.MaxRingSize)
+	}
+	if ns.Header != "" && !validHeaderName(ns.Header) {
+		return fmt.Errorf("namespace %q: %q is not a valid HTTP header name", ns.Name, ns.Header)
+	}
+	return nil
+}
+
+// validHeaderName reports whether h is an RFC 9110 token.
+func validHeaderName(h string) bool {
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return h != ""
+}
