@@ -1,0 +1,297 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// resource is one published resource, packed once and shared read-only by
+// every response that carries it.
+type resource struct {
+	version string
+	any     *anypb.Any
+	delta   *discovery.Resource
+}
+
+func newResource(name, version string, m proto.Message) (*resource, error) {
+	a, err := anypb.New(m)
+	if err != nil {
+		return nil, fmt.Errorf("xds: packing %s: %w", name, err)
+	}
+	return &resource{version: version, any: a, delta: &discovery.Resource{Name: name, Version: version, Resource: a}}, nil
+}
+
+// typeCache holds the resources of one type in one namespace. It is
+// go-control-plane's LinearCache with two differences that the lease table
+// needs: each resource carries the version its publisher chose (an arc's
+// generation), where LinearCache versions delta resources by a hash of their
+// bytes; and state-of-the-world responses always carry every resource in the
+// subscription's scope, so that a SotW client sees removals, where
+// LinearCache sends only the changed resources of types other than
+// Listener and Cluster.
+//
+// Each watch is answered at most once and then forgotten, as in every
+// go-control-plane cache; the server opens the next one when the client
+// acknowledges. Responses are sent while holding mu; the server's channels
+// have room for them (one per SotW watch, two per type on a delta stream).
+type typeCache struct {
+	typeURL string
+
+	mu sync.Mutex
+	// version is the version_info of SotW responses: the last update's,
+	// never empty (an empty version_info means "nothing accepted yet").
+	version string
+	res     map[string]*resource
+	watches map[uint64]watch
+	nextID  uint64
+}
+
+// watch is an open SotW or delta watch.
+type watch interface {
+	// answer sends a response if the subscription is out of date or force
+	// is set, and reports whether it did. It is called with c.mu held.
+	answer(c *typeCache, force bool) bool
+}
+
+func newTypeCache(typeURL string) *typeCache {
+	return &typeCache{typeURL: typeURL, version: "0", res: map[string]*resource{}, watches: map[uint64]watch{}}
+}
+
+var _ cache.Cache = (*typeCache)(nil)
+
+// update sets and deletes resources and answers the watches that are now
+// out of date.
+func (c *typeCache) update(version string, set map[string]*resource, del []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.updateLocked(version, set, del)
+}
+
+// clear deletes every resource.
+func (c *typeCache) clear(version string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.updateLocked(version, nil, slices.Collect(maps.Keys(c.res)))
+}
+
+func (c *typeCache) updateLocked(version string, set map[string]*resource, del []string) {
+	c.version = version
+	maps.Copy(c.res, set)
+	for _, name := range del {
+		delete(c.res, name)
+	}
+	for id, w := range c.watches {
+		if w.answer(c, false) {
+			delete(c.watches, id)
+		}
+	}
+}
+
+// changes compares what a subscription knows with the cache: the resources
+// it lacks or knows at another version, and those it knows that are gone or
+// no longer subscribed. Both are sorted.
+func (c *typeCache) changes(sub cache.Subscription) (changed, removed []string) {
+	known := sub.ReturnedResources()
+	subscribed := sub.SubscribedResources()
+	inScope := func(name string) bool {
+		_, ok := subscribed[name]
+		return ok || sub.IsWildcard()
+	}
+	for name, r := range c.res {
+		if v, ok := known[name]; inScope(name) && (!ok || v != r.version) {
+			changed = append(changed, name)
+		}
+	}
+	for name := range known {
+		if _, ok := c.res[name]; !ok || !inScope(name) {
+			removed = append(removed, name)
+		}
+	}
+	slices.Sort(changed)
+	slices.Sort(removed)
+	return changed, removed
+}
+
+// scope lists the resources a subscription covers, sorted.
+func (c *typeCache) scope(sub cache.Subscription) []string {
+	var out []string
+	for name := range c.res {
+		if _, ok := sub.SubscribedResources()[name]; ok || sub.IsWildcard() {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// sotwResponse is the whole state in a subscription's scope.
+func (c *typeCache) sotwResponse(req *cache.Request, sub cache.Subscription) *sotwResponse {
+	names := c.scope(sub)
+	out := &sotwResponse{
+		req:      req,
+		resp:     &discovery.DiscoveryResponse{VersionInfo: c.version, TypeUrl: c.typeURL, Resources: make([]*anypb.Any, len(names))},
+		returned: make(map[string]string, len(names)),
+	}
+	for i, name := range names {
+		r := c.res[name]
+		out.resp.Resources[i] = r.any
+		out.returned[name] = r.version
+	}
+	return out
+}
+
+func (c *typeCache) track(w watch) func() {
+	c.nextID++
+	id := c.nextID
+	c.watches[id] = w
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.watches, id)
+	}
+}
+
+// CreateWatch opens a state-of-the-world watch. The first request for the
+// type on a stream (no response nonce) is answered at once; later ones,
+// acknowledgements and NACKs alike, when the state in their scope differs
+// from what the stream last received, so a NACK does not bring the same
+// state straight back.
+func (c *typeCache) CreateWatch(req *cache.Request, sub cache.Subscription, out chan cache.Response) (func(), error) {
+	if req.GetTypeUrl() != c.typeURL {
+		return nil, fmt.Errorf("%w: %q in a cache of %q", ErrUnknownType, req.GetTypeUrl(), c.typeURL)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := sotwWatch{req: req, sub: sub, out: out}
+	if w.answer(c, req.GetResponseNonce() == "") {
+		return nil, nil
+	}
+	return c.track(w), nil
+}
+
+// CreateDeltaWatch opens a delta watch. The first request of a wildcard
+// subscription is answered at once, even with nothing to send, so that the
+// client knows its initial_resource_versions were taken into account.
+func (c *typeCache) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, out chan cache.DeltaResponse) (func(), error) {
+	if req.GetTypeUrl() != c.typeURL {
+		return nil, fmt.Errorf("%w: %q in a cache of %q", ErrUnknownType, req.GetTypeUrl(), c.typeURL)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := deltaWatch{req: req, sub: sub, out: out}
+	if w.answer(c, sub.IsWildcard() && req.GetResponseNonce() == "") {
+		return nil, nil
+	}
+	return c.track(w), nil
+}
+
+// Fetch answers a REST poll with the whole state in the request's scope.
+func (c *typeCache) Fetch(_ context.Context, req *cache.Request) (cache.Response, error) {
+	if req.GetTypeUrl() != c.typeURL {
+		return nil, fmt.Errorf("%w: %q in a cache of %q", ErrUnknownType, req.GetTypeUrl(), c.typeURL)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if req.GetVersionInfo() != "" && req.GetVersionInfo() == c.version {
+		return nil, types.SkipFetchError{}
+	}
+	return c.sotwResponse(req, stream.NewSotwSubscription(req.GetResourceNames(), true)), nil
+}
+
+type sotwWatch struct {
+	req *cache.Request
+	sub cache.Subscription
+	out chan cache.Response
+}
+
+func (w sotwWatch) answer(c *typeCache, force bool) bool {
+	if changed, removed := c.changes(w.sub); !force && len(changed) == 0 && len(removed) == 0 {
+		return false
+	}
+	w.out <- c.sotwResponse(w.req, w.sub)
+	return true
+}
+
+type deltaWatch struct {
+	req *cache.DeltaRequest
+	sub cache.Subscription
+	out chan cache.DeltaResponse
+}
+
+func (w deltaWatch) answer(c *typeCache, force bool) bool {
+	changed, removed := c.changes(w.sub)
+	if !force && len(changed) == 0 && len(removed) == 0 {
+		return false
+	}
+	out := &deltaResponse{
+		req: w.req,
+		resp: &discovery.DeltaDiscoveryResponse{
+			SystemVersionInfo: c.version,
+			TypeUrl:           c.typeURL,
+			Resources:         make([]*discovery.Resource, len(changed)),
+			RemovedResources:  removed,
+		},
+		returned: maps.Clone(w.sub.ReturnedResources()),
+	}
+	if out.returned == nil {
+		out.returned = map[string]string{}
+	}
+	for i, name := range changed {
+		r := c.res[name]
+		out.resp.Resources[i] = r.delta
+		out.returned[name] = r.version
+	}
+	for _, name := range removed {
+		delete(out.returned, name)
+	}
+	w.out <- out
+	return true
+}
+
+// sotwResponse is a state-of-the-world response built by a typeCache. Each
+// is built for one watch: the server sets the nonce on the message.
+type sotwResponse struct {
+	req      *cache.Request
+	resp     *discovery.DiscoveryResponse
+	returned map[string]string
+}
+
+var _ cache.Response = (*sotwResponse)(nil)
+
+func (r *sotwResponse) GetDiscoveryResponse() (*discovery.DiscoveryResponse, error) {
+	return r.resp, nil
+}
+func (r *sotwResponse) GetRequest() *discovery.DiscoveryRequest { return r.req }
+func (r *sotwResponse) GetVersion() (string, error)             { return r.resp.VersionInfo, nil }
+func (r *sotwResponse) GetResponseVersion() string              { return r.resp.VersionInfo }
+func (r *sotwResponse) GetReturnedResources() map[string]string { return r.returned }
+func (r *sotwResponse) GetContext() context.Context             { return context.Background() }
+
+// deltaResponse is a delta response built by a typeCache for one watch.
+type deltaResponse struct {
+	req      *cache.DeltaRequest
+	resp     *discovery.DeltaDiscoveryResponse
+	returned map[string]string
+}
+
+var _ cache.DeltaResponse = (*deltaResponse)(nil)
+
+func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discovery.DeltaDiscoveryResponse, error) {
+	return r.resp, nil
+}
+func (r *deltaResponse) GetDeltaRequest() *discovery.DeltaDiscoveryRequest { return r.req }
+func (r *deltaResponse) GetSystemVersion() (string, error)                 { return r.resp.SystemVersionInfo, nil }
+func (r *deltaResponse) GetResponseVersion() string                        { return r.resp.SystemVersionInfo }
+func (r *deltaResponse) GetNextVersionMap() map[string]string              { return r.returned }
+func (r *deltaResponse) GetReturnedResources() map[string]string           { return r.returned }
+func (r *deltaResponse) GetContext() context.Context                       { return context.Background() }
