@@ -158,6 +158,16 @@ func (f *fsm) namespaceConfigs() []NamespaceConfig {
 	return out
 }
 
+func (f *fsm) namespaceConfig(ns string) (NamespaceConfig, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	st, ok := f.st.Namespaces[ns]
+	if !ok {
+		return NamespaceConfig{}, false
+	}
+	return st.Config, true
+}
+
 func (f *fsm) hasNamespace(ns string) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()

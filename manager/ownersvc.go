@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"io"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -32,8 +33,15 @@ func (o *ownerService) Lease(stream fugev1.OwnerService_LeaseServer) error {
 	if err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
-	if !s.fsm.hasNamespace(req.Namespace) {
+	nc, ok := s.fsm.namespaceConfig(req.Namespace)
+	if !ok {
 		return status.Errorf(codes.NotFound, "%v: %q", ErrUnknownNamespace, req.Namespace)
+	}
+	// An owner whose lease outlasts the manager's hold breaks the
+	// single-copy guarantee: refuse a T that is not the namespace's.
+	if first.LeaseDurationMs != nc.LeaseDuration.Milliseconds() {
+		return status.Errorf(codes.InvalidArgument, "%v: owner lease duration %dms, namespace %q has %v",
+			ErrBadRequest, first.LeaseDurationMs, req.Namespace, nc.LeaseDuration)
 	}
 	s.mu.Lock()
 	l := s.leader
@@ -62,6 +70,10 @@ func (o *ownerService) Lease(stream fugev1.OwnerService_LeaseServer) error {
 				return
 			}
 			m, err := stream.Recv()
+			if err == io.EOF {
+				recvErr <- nil // the owner closed its session cleanly
+				return
+			}
 			if err != nil {
 				recvErr <- err
 				return
@@ -83,6 +95,9 @@ func (o *ownerService) Lease(stream fugev1.OwnerService_LeaseServer) error {
 				return err
 			}
 		case err := <-recvErr:
+			if err == nil {
+				return nil
+			}
 			return o.streamError(ctx, err)
 		case <-sctx.Done():
 			if ctx.Err() != nil {

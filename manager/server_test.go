@@ -78,8 +78,11 @@ func dial(t *testing.T, addr string) fugev1.OwnerServiceClient {
 	return fugev1.NewOwnerServiceClient(cc)
 }
 
+// hello is a session's first request, with the test nodes' lease duration.
 func hello(ns, owner string, nonce uint64) *fugev1.LeaseRequest {
-	return wire.Request(lease.LeaseRequest{Namespace: ns, Owner: owner, Addr: owner + ":1", Header: lease.Header{Nonce: nonce, Seq: 1}})
+	r := wire.Request(lease.LeaseRequest{Namespace: ns, Owner: owner, Addr: owner + ":1", Header: lease.Header{Nonce: nonce, Seq: 1}})
+	r.LeaseDurationMs = 3000
+	return r
 }
 
 func getJSON(t *testing.T, url string, v any) int {
@@ -165,6 +168,11 @@ func TestBadInputGetsAClearErrorAndChangesNothing(t *testing.T) {
 	bad.Header.Seq = 0
 	if _, err := open(bad); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("malformed: %v, want InvalidArgument", err)
+	}
+	longer := hello("ns", "a", 1)
+	longer.LeaseDurationMs = 4000
+	if _, err := open(longer); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("owner lease longer than the namespace's: %v, want InvalidArgument", err)
 	}
 	huge := hello("ns", "a", 1)
 	huge.Addr = strings.Repeat("x", 100<<10)

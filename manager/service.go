@@ -140,11 +140,16 @@ func (c ServerConfig) withDefaults() ServerConfig {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
-		c.Clock = wallClock{}
+		c.Clock = newMonoClock()
 	}
 	return c
 }
 
-type wallClock struct{}
+// monoClock is the wall time at start plus the monotonic time since: it
+// never jumps when the wall clock is stepped, which the lease timers, kept
+// as Unix nanoseconds, rely on.
+type monoClock struct{ start time.Time }
 
-func (wallClock) Now() time.Time { return time.Now() }
+func newMonoClock() monoClock { return monoClock{start: time.Now()} }
+
+func (c monoClock) Now() time.Time { return c.start.Add(time.Since(c.start)).Round(0) }

@@ -56,4 +56,29 @@
 //
 // A Core is not safe for concurrent use. Its View is: it is an immutable
 // snapshot, replaced (never modified) whenever the held set changes.
+//
+// # The Owner
+//
+// Owner is the shell: the network client a backend runs. One session
+// goroutine owns the Core. It multiplexes the current stream's responses
+// (read by a reader goroutine), one timer (the Core's NextDeadline, the
+// reconnect time, the response timeout; times from OwnerConfig.Clock) and
+// the context. After every Start, Step and Tick it hands the request to the
+// stream's writer, publishes the Core's View through an atomic pointer for
+// the checks, queues the ownership upcall (made in order by its own
+// goroutine) and wakes Updated waiters.
+//
+// The Owner opens OwnerService.Lease on a manager from OwnerConfig.Managers.
+// A standby refuses with FAILED_PRECONDITION and names the leader in the
+// "fuge-leader" trailer, which the Owner follows at once; any other failure
+// (an empty trailer while the managers elect, a dropped connection, a
+// refusal, no response for ResponseTimeout) makes it back off and try the
+// next address. NOT_FOUND, ALREADY_EXISTS and INVALID_ARGUMENT are reported
+// by Err, and retried all the same. The same Core, with the same incarnation
+// and the same leases, which go on expiring by their own clock, continues
+// across streams: on every new stream the Owner sends a fresh request at
+// once (Core.Resend), so the session reopens there and a new leader renews
+// what it holds under the same generations. Close half-closes the stream
+// after the checks have stopped answering, so the manager can tell the end
+// of an incarnation (io.EOF) from a lost connection.
 package ownerguard

@@ -203,16 +203,20 @@ func (x *Header) GetAckSeq() uint64 {
 // LeaseRequest goes from an owner to the manager. The first one on a stream
 // names the session (namespace, owner, addr, header.nonce).
 type LeaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
-	Addr          string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
-	Header        *Header                `protobuf:"bytes,4,opt,name=header,proto3" json:"header,omitempty"`
-	Held          []*Lease               `protobuf:"bytes,5,rep,name=held,proto3" json:"held,omitempty"`         // the complete set held and to be renewed
-	Migrated      []*Range               `protobuf:"bytes,6,rep,name=migrated,proto3" json:"migrated,omitempty"` // released ranges whose state moved cleanly
-	Refused       []*Lease               `protobuf:"bytes,7,rep,name=refused,proto3" json:"refused,omitempty"`   // renewals refused since the last request
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Owner     string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Addr      string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
+	Header    *Header                `protobuf:"bytes,4,opt,name=header,proto3" json:"header,omitempty"`
+	Held      []*Lease               `protobuf:"bytes,5,rep,name=held,proto3" json:"held,omitempty"`         // the complete set held and to be renewed
+	Migrated  []*Range               `protobuf:"bytes,6,rep,name=migrated,proto3" json:"migrated,omitempty"` // released ranges whose state moved cleanly
+	Refused   []*Lease               `protobuf:"bytes,7,rep,name=refused,proto3" json:"refused,omitempty"`   // renewals refused since the last request
+	// The owner's lease duration T in milliseconds. The manager refuses a
+	// session whose T differs from the namespace's: an owner that believes
+	// longer than the manager holds breaks the single-copy guarantee.
+	LeaseDurationMs int64 `protobuf:"varint,8,opt,name=lease_duration_ms,json=leaseDurationMs,proto3" json:"lease_duration_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *LeaseRequest) Reset() {
@@ -292,6 +296,13 @@ func (x *LeaseRequest) GetRefused() []*Lease {
 		return x.Refused
 	}
 	return nil
+}
+
+func (x *LeaseRequest) GetLeaseDurationMs() int64 {
+	if x != nil {
+		return x.LeaseDurationMs
+	}
+	return 0
 }
 
 // LeaseResponse goes from the manager to an owner.
@@ -520,7 +531,7 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
 	"peer_nonce\x18\x03 \x01(\x06R\tpeerNonce\x12\x17\n" +
-	"\aack_seq\x18\x04 \x01(\x04R\x06ackSeq\"\xf9\x01\n" +
+	"\aack_seq\x18\x04 \x01(\x04R\x06ackSeq\"\xa5\x02\n" +
 	"\fLeaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x12\n" +
@@ -528,7 +539,8 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\x06header\x18\x04 \x01(\v2\x0f.fuge.v1.HeaderR\x06header\x12\"\n" +
 	"\x04held\x18\x05 \x03(\v2\x0e.fuge.v1.LeaseR\x04held\x12*\n" +
 	"\bmigrated\x18\x06 \x03(\v2\x0e.fuge.v1.RangeR\bmigrated\x12(\n" +
-	"\arefused\x18\a \x03(\v2\x0e.fuge.v1.LeaseR\arefused\"\xb8\x01\n" +
+	"\arefused\x18\a \x03(\v2\x0e.fuge.v1.LeaseR\arefused\x12*\n" +
+	"\x11lease_duration_ms\x18\b \x01(\x03R\x0fleaseDurationMs\"\xb8\x01\n" +
 	"\rLeaseResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12'\n" +

@@ -1,0 +1,274 @@
+package ownerguard
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
+)
+
+// Owner is the network client of the lease protocol: it keeps a session with
+// the manager's leader over OwnerService.Lease, drives a Core, and answers
+// ownership checks from the Core's latest View. Its checks are safe for
+// concurrent use, lock-free and allocation-free. An Owner runs one
+// incarnation: after Close, a restart is a new Owner.
+type Owner struct {
+	cfg   OwnerConfig
+	clock Clock
+	log   *slog.Logger
+
+	view        atomic.Pointer[View]
+	incarnation atomic.Uint64
+
+	ready     chan struct{}
+	readyOnce sync.Once
+
+	// Counters written by the session and stream goroutines.
+	attempts, reconnects, redirects, stalls atomic.Uint64
+	sessions                                atomic.Uint64
+	requests, responses, malformed, unsent  atomic.Uint64
+
+	mu        sync.Mutex
+	started   bool
+	closed    bool
+	cancel    context.CancelFunc
+	done      chan struct{} // closed when the session goroutine has ended
+	updated   chan struct{}
+	err       error
+	coreStats CoreStats
+	upcalls   []upcall
+	stopCalls bool
+	wakeCalls chan struct{}
+}
+
+type upcall struct{ granted, revoked []ring.Range }
+
+// NewOwner validates cfg and returns an Owner holding nothing. Start opens
+// the session.
+func NewOwner(cfg OwnerConfig) (*Owner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	cfg.Managers = append([]string(nil), cfg.Managers...)
+	o := &Owner{
+		cfg:       cfg,
+		clock:     cfg.Clock,
+		ready:     make(chan struct{}),
+		updated:   make(chan struct{}),
+		wakeCalls: make(chan struct{}, 1),
+	}
+	o.view.Store(emptyView())
+	return o, nil
+}
+
+// Start starts the session goroutine under a fresh random incarnation and
+// returns at once. The session ends when ctx is done or Close is called,
+// whichever comes first; either way the incarnation is over.
+func (o *Owner) Start(ctx context.Context) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case o.closed:
+		return ErrClosed
+	case o.started:
+		return ErrStarted
+	}
+	inc := rand.Uint64()
+	for inc == 0 {
+		inc = rand.Uint64()
+	}
+	core, err := NewCore(o.cfg.coreConfig(inc))
+	if err != nil {
+		return err
+	}
+	o.incarnation.Store(inc)
+	o.log = o.cfg.Logger.With("namespace", o.cfg.Namespace, "owner", o.cfg.Name,
+		"incarnation", fmt.Sprintf("%016x", inc))
+	o.started = true
+	ctx, o.cancel = context.WithCancel(ctx)
+	o.done = make(chan struct{})
+	var calls chan struct{}
+	if o.cfg.OnOwnership != nil {
+		calls = make(chan struct{})
+		go o.runUpcalls(calls)
+	}
+	s := newSession(o, core)
+	go func() {
+		defer close(o.done)
+		s.run(ctx)
+		o.stopUpcalls(calls)
+	}()
+	return nil
+}
+
+// Incarnation is the nonce of the running incarnation; zero before Start.
+func (o *Owner) Incarnation() uint64 { return o.incarnation.Load() }
+
+// Ready is closed when a manager has first accepted the session (a response
+// was accepted). It is never closed if that never happens.
+func (o *Owner) Ready() <-chan struct{} { return o.ready }
+
+// View returns the latest published snapshot of the held set.
+func (o *Owner) View() *View { return o.view.Load() }
+
+// GetOwnershipHandle reports whether the key with hash keyHash is held now,
+// by the Owner's clock, and if so returns a handle on it. It takes no lock
+// and does not allocate.
+func (o *Owner) GetOwnershipHandle(keyHash uint64) (Handle, bool) {
+	return o.view.Load().GetOwnershipHandle(keyHash, o.clock.Now())
+}
+
+// GetOwnershipHandleKey is GetOwnershipHandle for a routing-header value,
+// hashed with ring.HashString as every router hashes it.
+func (o *Owner) GetOwnershipHandleKey(key string) (Handle, bool) {
+	return o.GetOwnershipHandle(ring.HashString(key))
+}
+
+// CheckContinuousOwnership reports whether h's key has been held without
+// interruption since h was made. It takes no lock and does not allocate.
+func (o *Owner) CheckContinuousOwnership(h Handle) bool {
+	return o.view.Load().CheckContinuousOwnership(h, o.clock.Now())
+}
+
+// Held returns the leases held now, in ring order.
+func (o *Owner) Held() []lease.Lease { return o.view.Load().Held(o.clock.Now()) }
+
+// Updated returns a channel that is closed at the next change of the held
+// set, of Err, or when a manager accepts the session; each change replaces
+// the channel. Take the channel before reading the state it guards.
+func (o *Owner) Updated() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.updated
+}
+
+// Stats returns the counters.
+func (o *Owner) Stats() OwnerStats {
+	o.mu.Lock()
+	cs := o.coreStats
+	o.mu.Unlock()
+	return OwnerStats{
+		Attempts:   o.attempts.Load(),
+		Reconnects: o.reconnects.Load(),
+		Redirects:  o.redirects.Load(),
+		Sessions:   o.sessions.Load(),
+		Stalls:     o.stalls.Load(),
+		Requests:   o.requests.Load(),
+		Responses:  o.responses.Load(),
+		Malformed:  o.malformed.Load(),
+		Unsent:     o.unsent.Load(),
+		Core:       cs,
+	}
+}
+
+// Err returns the last permanent refusal from a manager (it wraps
+// ErrUnknownNamespace, ErrOwnerInUse or ErrRejected, and the gRPC status),
+// or nil. The Owner keeps retrying after one; Err returns nil again once a
+// manager accepts the session.
+func (o *Owner) Err() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err
+}
+
+// Close ends the session and the incarnation: checks fail from then on, the
+// ownership upcall hears every held range revoked, the stream is
+// half-closed so the manager learns the session is over (see CloseTimeout),
+// and every goroutine the Owner started has ended when Close returns,
+// including pending upcalls. Close is idempotent.
+func (o *Owner) Close() error {
+	o.mu.Lock()
+	o.closed = true
+	cancel, done := o.cancel, o.done
+	o.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	return nil
+}
+
+// signalLocked wakes the Updated waiters.
+func (o *Owner) signalLocked() {
+	close(o.updated)
+	o.updated = make(chan struct{})
+}
+
+// publish installs v for the checks, records the core's counters, queues the
+// ownership upcall and wakes Updated waiters if the held set changed.
+func (o *Owner) publish(v *View, granted, revoked []ring.Range, cs CoreStats) {
+	o.view.Store(v)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.coreStats = cs
+	if len(granted) == 0 && len(revoked) == 0 {
+		return
+	}
+	o.signalLocked()
+	if o.cfg.OnOwnership != nil {
+		o.upcalls = append(o.upcalls, upcall{granted, revoked})
+		select {
+		case o.wakeCalls <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// accepted records that a manager accepted the session.
+func (o *Owner) accepted() {
+	o.sessions.Add(1)
+	o.readyOnce.Do(func() { close(o.ready) })
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.err = nil
+	o.signalLocked()
+}
+
+// setErr records a permanent refusal.
+func (o *Owner) setErr(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.err = err
+	o.signalLocked()
+}
+
+// runUpcalls makes the ownership upcalls, in order, until stopUpcalls.
+func (o *Owner) runUpcalls(done chan struct{}) {
+	defer close(done)
+	for {
+		o.mu.Lock()
+		q, stop := o.upcalls, o.stopCalls
+		o.upcalls = nil
+		o.mu.Unlock()
+		for _, u := range q {
+			o.cfg.OnOwnership(u.granted, u.revoked)
+		}
+		if len(q) == 0 {
+			if stop {
+				return
+			}
+			<-o.wakeCalls
+		}
+	}
+}
+
+// stopUpcalls lets runUpcalls finish the queue, then waits for it.
+func (o *Owner) stopUpcalls(done chan struct{}) {
+	if done == nil {
+		return
+	}
+	o.mu.Lock()
+	o.stopCalls = true
+	o.mu.Unlock()
+	select {
+	case o.wakeCalls <- struct{}{}:
+	default:
+	}
+	<-done
+}
