@@ -75,4 +75,40 @@
 // (StalenessBound 30 s, SyncInterval 10 s) a lookup that can reach the
 // manager learns of a loss within one push delay, or at worst within a
 // SyncInterval plus a round trip if a push was lost.
+//
+// # The network Lookup
+//
+// Lookup is the shell that fuge-proxy uses. It follows the leader over
+// delta ADS (AggregatedDiscoveryService.DeltaAggregatedResources), with two
+// wildcard subscriptions: ArcTypeURL, one fuge.v1.Arc per arc of the lease
+// table named api/wire.ArcName, and HeartbeatTypeURL, one fuge.v1.Heartbeat
+// the leader rewrites every heartbeat interval. The node names the namespace
+// in node.cluster and node.metadata["fuge.namespace"]. A standby refuses the
+// stream with FAILED_PRECONDITION and the leader's address in the
+// "fuge-leader" trailer; the Lookup goes there next, and otherwise tries the
+// managers in turn with a grpc-go style backoff.
+//
+// The Lookup keeps the arcs it holds with their versions, which are opaque
+// to it, and sends them as initial_resource_versions on every new stream, so
+// a manager sends only what changed. Each Arc response is applied whole or
+// not at all: a resource that does not decode is NACKed, nothing of its
+// response is applied, and the stream is restarted so that the manager
+// learns again what the Lookup holds. When the arcs held partition the
+// circle, they are fed to the Core as a snapshot (constant ManagerNonce,
+// local LSN); the Core diffs them against its table and returns exactly the
+// ranges whose generation changed. Otherwise (a table still arriving in
+// pieces) the response is acknowledged and the table waits.
+//
+// A heartbeat on a stream whose last Arc response was applied tells the Core
+// the manager was heard (an empty change response from our LSN). Heartbeats
+// thus replace the Core's polling, and the bound B above holds with D
+// including one acknowledgement round trip: a change committed just before
+// a heartbeat may wait for the Lookup's ACK of the previous Arc response. The
+// Lookup calls the Core's Tick at NextDeadline, connected or not, so after
+// StalenessBound without word from the leader it signals loss on every
+// range; the next table after reconnecting diffs against the old one and
+// signals what changed.
+//
+// Over xDS an arc carries no Clean flag, so a clean migration is signalled
+// as a loss: an extra notification, which PRS allows.
 package lb

@@ -1,0 +1,284 @@
+package lb
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
+)
+
+// Lookup is the network Lookup library: it follows a namespace's lease table
+// over delta xDS from the manager's leader, drives a Core with it, and
+// answers Lookup from the latest published table. Lookup, LookupKey,
+// Entries, Version and Stats are safe for concurrent use; Lookup and
+// LookupKey take no lock and do not allocate.
+type Lookup struct {
+	cfg LookupConfig
+	log *slog.Logger
+
+	table   atomic.Pointer[snapshot]
+	version atomic.Uint64
+
+	ready     chan struct{}
+	readyOnce sync.Once
+
+	// Counters written by the session goroutine.
+	attempts, reconnects, redirects, stalls atomic.Uint64
+	updates, rejected, nacks, heartbeats    atomic.Uint64
+	lossNotifications, lossAll              atomic.Uint64
+
+	mu        sync.Mutex
+	started   bool
+	closed    bool
+	cancel    context.CancelFunc
+	done      chan struct{} // closed when the session goroutine has ended
+	updated   chan struct{}
+	coreStats CoreStats
+	upcalls   []upcall
+	stopCalls bool
+	wakeCalls chan struct{}
+}
+
+type upcall struct {
+	ranges []ring.Range
+	all    bool
+}
+
+// snapshot is an immutable copy of the core's table, published after every
+// applied update: arc i is entries[i], ending at ends[i], in order of End.
+type snapshot struct {
+	ends    []uint64
+	entries []lease.Entry
+}
+
+func newSnapshot(es []lease.Entry) *snapshot {
+	t := &snapshot{ends: make([]uint64, len(es)), entries: es}
+	for i, e := range es {
+		t.ends[i] = e.Range.End
+	}
+	return t
+}
+
+// find returns the index of the arc containing h, as ring.Table.Find does.
+func (t *snapshot) find(h uint64) int {
+	lo, hi := 0, len(t.ends)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if t.ends[m] < h {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == len(t.ends) {
+		return 0
+	}
+	return lo
+}
+
+// NewLookup validates cfg and returns a Lookup with no table. Start
+// connects.
+func NewLookup(cfg LookupConfig) (*Lookup, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	cfg.Managers = slices.Clone(cfg.Managers)
+	cfg.DialOptions = slices.Clone(cfg.DialOptions)
+	return &Lookup{
+		cfg:       cfg,
+		log:       cfg.Logger.With("namespace", cfg.Namespace, "lookup", cfg.Name),
+		ready:     make(chan struct{}),
+		updated:   make(chan struct{}),
+		wakeCalls: make(chan struct{}, 1),
+	}, nil
+}
+
+// Start starts the stream goroutine and returns at once. The Lookup runs
+// until ctx is done or Close is called.
+func (l *Lookup) Start(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.closed:
+		return ErrClosed
+	case l.started:
+		return ErrStarted
+	}
+	core, err := NewCore(l.cfg.coreConfig())
+	if err != nil {
+		return err
+	}
+	l.started = true
+	ctx, l.cancel = context.WithCancel(ctx)
+	l.done = make(chan struct{})
+	var calls chan struct{}
+	if l.cfg.OnLoss != nil {
+		calls = make(chan struct{})
+		go l.runUpcalls(calls)
+	}
+	s := newSession(l, core)
+	go func() {
+		defer close(l.done)
+		s.run(ctx)
+		l.stopUpcalls(calls)
+	}()
+	return nil
+}
+
+// Ready is closed once the first full table has been applied.
+func (l *Lookup) Ready() <-chan struct{} { return l.ready }
+
+// Lookup returns the address of the owner of keyHash, the maximal arc around
+// it with the same owner, address and generation, and that generation. ok is
+// false before the first table (all results zero) and when the arc is free
+// (addr empty; r and gen are those of the free arc). It reads an immutable
+// snapshot, takes no lock and does not allocate.
+func (l *Lookup) Lookup(keyHash uint64) (addr string, r ring.Range, gen lease.Gen, ok bool) {
+	t := l.table.Load()
+	if t == nil {
+		return "", ring.Range{}, 0, false
+	}
+	e := &t.entries[t.find(keyHash)]
+	return e.Addr, e.Range, e.Gen, e.Owner != ""
+}
+
+// LookupKey is Lookup for a routing-header value, hashed with
+// ring.HashString as every router hashes it.
+func (l *Lookup) LookupKey(key string) (addr string, r ring.Range, gen lease.Gen, ok bool) {
+	return l.Lookup(ring.HashString(key))
+}
+
+// Entries returns the latest table, compacted, in order of End (see
+// Core.Entries); nil before the first table.
+func (l *Lookup) Entries() []lease.Entry {
+	if t := l.table.Load(); t != nil {
+		return slices.Clone(t.entries)
+	}
+	return nil
+}
+
+// Version counts the updates applied to the table.
+func (l *Lookup) Version() uint64 { return l.version.Load() }
+
+// Updated returns a channel that is closed at the next applied update; each
+// update replaces the channel. Take the channel before reading the state it
+// guards, then wait on it for the next change.
+func (l *Lookup) Updated() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.updated
+}
+
+// Stats returns the counters.
+func (l *Lookup) Stats() LookupStats {
+	l.mu.Lock()
+	cs := l.coreStats
+	l.mu.Unlock()
+	return LookupStats{
+		Attempts:          l.attempts.Load(),
+		Reconnects:        l.reconnects.Load(),
+		Redirects:         l.redirects.Load(),
+		Stalls:            l.stalls.Load(),
+		Updates:           l.updates.Load(),
+		Rejected:          l.rejected.Load(),
+		NACKs:             l.nacks.Load(),
+		Heartbeats:        l.heartbeats.Load(),
+		LossNotifications: l.lossNotifications.Load(),
+		LossAll:           l.lossAll.Load(),
+		Core:              cs,
+	}
+}
+
+// Close stops the Lookup: when it returns, the stream is gone and every
+// goroutine the Lookup started has ended, pending upcalls delivered. The
+// last table stays readable. Close is idempotent.
+func (l *Lookup) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	cancel, done := l.cancel, l.done
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	return nil
+}
+
+// publish installs a new table, counts the update and wakes Updated
+// waiters; the first table closes Ready.
+func (l *Lookup) publish(es []lease.Entry, cs CoreStats) {
+	l.table.Store(newSnapshot(es))
+	l.version.Add(1)
+	l.updates.Add(1)
+	l.readyOnce.Do(func() { close(l.ready) })
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.coreStats = cs
+	close(l.updated)
+	l.updated = make(chan struct{})
+}
+
+// setCoreStats records the core's counters.
+func (l *Lookup) setCoreStats(cs CoreStats) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.coreStats = cs
+}
+
+// notify queues the loss upcall.
+func (l *Lookup) notify(ranges []ring.Range, all bool) {
+	l.lossNotifications.Add(1)
+	if all {
+		l.lossAll.Add(1)
+	}
+	if l.cfg.OnLoss == nil {
+		return
+	}
+	l.mu.Lock()
+	l.upcalls = append(l.upcalls, upcall{ranges, all})
+	l.mu.Unlock()
+	select {
+	case l.wakeCalls <- struct{}{}:
+	default:
+	}
+}
+
+// runUpcalls makes the loss upcalls, in order, until stopUpcalls.
+func (l *Lookup) runUpcalls(done chan struct{}) {
+	defer close(done)
+	for {
+		l.mu.Lock()
+		q, stop := l.upcalls, l.stopCalls
+		l.upcalls = nil
+		l.mu.Unlock()
+		for _, u := range q {
+			l.cfg.OnLoss(u.ranges, u.all)
+		}
+		if len(q) == 0 {
+			if stop {
+				return
+			}
+			<-l.wakeCalls
+		}
+	}
+}
+
+// stopUpcalls lets runUpcalls finish the queue, then waits for it.
+func (l *Lookup) stopUpcalls(done chan struct{}) {
+	if done == nil {
+		return
+	}
+	l.mu.Lock()
+	l.stopCalls = true
+	l.mu.Unlock()
+	select {
+	case l.wakeCalls <- struct{}{}:
+	default:
+	}
+	<-done
+}

@@ -1,0 +1,423 @@
+package lb
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/fuge-project/fuge/lease"
+)
+
+const (
+	// xdsManagerNonce is the manager incarnation the shell gives the core:
+	// every table it feeds is a snapshot, so one constant serves.
+	xdsManagerNonce = 1
+	// outQueue bounds the requests waiting for a stream's writer; a manager
+	// that lets it fill is not reading, and the stream is dropped.
+	outQueue = 64
+)
+
+// session is the Lookup's stream goroutine: it owns the Core, the arcs held
+// and the current stream, and is the only goroutine that touches them.
+// Each stream has a reader goroutine, which posts what arrives as events,
+// and a writer goroutine, which sends what the session queues.
+type session struct {
+	l        *Lookup
+	cfg      LookupConfig
+	core     *Core
+	node     *corev3.Node
+	dialOpts []grpc.DialOption
+	held     map[string]heldArc
+	lsn      uint64 // local LSN of the snapshots fed to the core
+	events   chan streamEvent
+	ctx      context.Context
+	wg       sync.WaitGroup // reader goroutines
+
+	conn        *conn  // current stream, nil between streams
+	nextID      uint64 // id of the last stream started
+	addr        string // manager to try next
+	idx         int    // index in Managers of the last address tried from the list
+	attempt     int    // failed streams since a table was last applied
+	redirectRun int    // redirects followed since a table was last applied
+	backoffT    *time.Timer
+	backoffC    <-chan time.Time
+
+	timerC    <-chan time.Time // protocol timer (staleness, StreamTimeout)
+	timerStop func() bool
+	armedAt   time.Time
+}
+
+// conn is one stream to one manager.
+type conn struct {
+	id       uint64
+	addr     string
+	ctx      context.Context
+	cancel   context.CancelFunc
+	out      chan *discovery.DeltaDiscoveryRequest // nil asks the writer to half-close
+	lastRecv time.Time                             // by the Lookup's clock
+	applied  bool                                  // a table was applied from this stream
+	synced   bool                                  // the last Arc response was applied: heartbeats count
+	closing  bool                                  // half-closed after a NACK; what arrives is ignored
+	grace    *time.Timer
+}
+
+// streamEvent is what a reader posts: a response, or the end of its stream.
+type streamEvent struct {
+	id     uint64
+	resp   *discovery.DeltaDiscoveryResponse
+	err    error  // the stream ended (resp is nil)
+	leader string // the stream's "fuge-leader" trailer
+}
+
+func newSession(l *Lookup, core *Core) *session {
+	cfg := l.cfg
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{
+			Time: cfg.KeepaliveTime, Timeout: cfg.KeepaliveTimeout, PermitWithoutStream: true,
+		}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxMessageBytes)),
+	}
+	return &session{
+		l:        l,
+		cfg:      cfg,
+		core:     core,
+		node:     node(cfg.Namespace, cfg.Name),
+		dialOpts: append(opts, cfg.DialOptions...),
+		held:     make(map[string]heldArc),
+		events:   make(chan streamEvent, 16),
+		addr:     cfg.Managers[0],
+	}
+}
+
+func (s *session) now() time.Time { return s.cfg.Clock.Now() }
+
+func (s *session) run(ctx context.Context) {
+	s.ctx = ctx
+	defer s.shutdown()
+	s.core.Start(s.now()) // the core's polls are not sent: the leader pushes
+	s.connect()
+	for {
+		s.arm()
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-s.events:
+			s.handle(ev)
+		case <-s.timerC:
+			s.timerC, s.armedAt = nil, time.Time{}
+			s.tick()
+		case <-s.backoffC:
+			s.backoffC = nil
+			s.connect()
+		}
+		s.l.setCoreStats(s.core.Stats())
+	}
+}
+
+func (s *session) shutdown() {
+	if s.timerStop != nil {
+		s.timerStop()
+	}
+	if s.backoffT != nil {
+		s.backoffT.Stop()
+	}
+	if c := s.conn; c != nil {
+		c.cancel()
+		if c.grace != nil {
+			c.grace.Stop()
+		}
+	}
+	s.wg.Wait()
+}
+
+// connect starts a stream to s.addr and queues the two wildcard
+// subscriptions, the Arc one with the versions held.
+func (s *session) connect() {
+	s.nextID++
+	c := &conn{id: s.nextID, addr: s.addr, out: make(chan *discovery.DeltaDiscoveryRequest, outQueue), lastRecv: s.now()}
+	c.ctx, c.cancel = context.WithCancel(s.ctx)
+	if s.l.attempts.Add(1) > 1 {
+		s.l.reconnects.Add(1)
+	}
+	var versions map[string]string
+	if len(s.held) > 0 {
+		versions = make(map[string]string, len(s.held))
+		for name, h := range s.held {
+			versions[name] = h.version
+		}
+	}
+	c.out <- subscribe(ArcTypeURL, s.node, versions)
+	c.out <- subscribe(HeartbeatTypeURL, s.node, nil)
+	s.conn = c
+	s.l.log.Debug("connecting", "manager", c.addr, "held", len(s.held))
+	s.wg.Add(1)
+	go s.read(c)
+}
+
+// read runs the stream c and posts what arrives, then its end.
+func (s *session) read(c *conn) {
+	defer s.wg.Done()
+	leader, err := s.recv(c)
+	select {
+	case s.events <- streamEvent{id: c.id, err: err, leader: leader}:
+	case <-s.ctx.Done():
+	}
+}
+
+func (s *session) recv(c *conn) (leader string, err error) {
+	cc, err := grpc.NewClient(c.addr, s.dialOpts...)
+	if err != nil {
+		return "", err
+	}
+	defer cc.Close()
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(c.ctx)
+	if err != nil {
+		return "", err
+	}
+	done := make(chan struct{})
+	go write(c, st, done)
+	defer func() {
+		c.cancel()
+		<-done
+	}()
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			return leaderOf(st.Trailer()), err
+		}
+		select {
+		case s.events <- streamEvent{id: c.id, resp: resp}:
+		case <-c.ctx.Done():
+			return "", c.ctx.Err()
+		}
+	}
+}
+
+func leaderOf(md metadata.MD) string {
+	if v := md.Get(LeaderTrailer); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// write sends what the session queues on c until c ends.
+func write(c *conn, st discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient, done chan struct{}) {
+	defer close(done)
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case req := <-c.out:
+			if req == nil {
+				_ = st.CloseSend()
+			} else if st.Send(req) != nil {
+				return // Recv reports the error
+			}
+		}
+	}
+}
+
+// send queues req on c; a full queue drops the stream.
+func (s *session) send(c *conn, req *discovery.DeltaDiscoveryRequest) {
+	select {
+	case c.out <- req:
+	default:
+		s.l.log.Warn("manager is not reading; dropping the stream", "manager", c.addr)
+		c.cancel()
+	}
+}
+
+func (s *session) handle(ev streamEvent) {
+	c := s.conn
+	if c == nil || ev.id != c.id {
+		return // a stream already given up
+	}
+	if ev.resp == nil {
+		s.ended(c, ev)
+		return
+	}
+	c.lastRecv = s.now()
+	if c.closing {
+		return
+	}
+	switch ev.resp.GetTypeUrl() {
+	case ArcTypeURL:
+		s.onArcs(c, ev.resp)
+	case HeartbeatTypeURL:
+		s.onHeartbeat(c, ev.resp)
+	default:
+		s.l.log.Warn("ignoring a response of an unexpected type", "manager", c.addr, "type", ev.resp.GetTypeUrl())
+	}
+}
+
+// onArcs applies an Arc response to the arcs held and, when they partition
+// the circle, feeds them to the core as a snapshot: the core diffs it
+// against its table and returns the loss.
+func (s *session) onArcs(c *conn, resp *discovery.DeltaDiscoveryResponse) {
+	u, err := decodeArcs(s.cfg.Namespace, resp)
+	if err != nil {
+		// The server now believes we hold what we refused; a new stream,
+		// sending the versions we do hold, resynchronizes. Until a table
+		// is applied again, heartbeats do not count.
+		s.l.nacks.Add(1)
+		s.l.log.Warn("NACK; restarting the stream", "manager", c.addr, "nonce", resp.GetNonce(), "err", err)
+		c.synced = false
+		s.send(c, ack(resp, err))
+		c.closing = true
+		s.send(c, nil)
+		c.grace = time.AfterFunc(DefaultCloseGrace, c.cancel)
+		return
+	}
+	for _, name := range u.removed {
+		delete(s.held, name)
+	}
+	maps.Copy(s.held, u.set)
+	// The ACK goes out once the response is dealt with, so a manager that
+	// sees it knows the table is published and the loss upcall queued.
+	defer s.send(c, ack(resp, nil))
+
+	entries := make([]lease.Entry, 0, len(s.held))
+	for _, h := range s.held {
+		entries = append(entries, h.entry)
+	}
+	s.lsn++
+	before := s.core.Stats().Snapshots
+	out := s.core.Step(lease.LookupResponse{
+		Namespace: s.cfg.Namespace, ManagerNonce: xdsManagerNonce, Snapshot: true, LSN: s.lsn, Entries: entries,
+	}, s.now())
+	if s.core.Stats().Snapshots == before {
+		c.synced = false
+		s.l.rejected.Add(1)
+		s.l.log.Warn("the arcs held do not partition the circle; table not applied", "manager", c.addr, "arcs", len(s.held))
+		return
+	}
+	c.synced, c.applied = true, true
+	s.attempt, s.redirectRun = 0, 0
+	s.l.publish(s.core.Entries(), s.core.Stats())
+	s.deliver(out)
+}
+
+// onHeartbeat acknowledges a heartbeat and, on a stream whose table is up
+// to date, tells the core the manager was heard: an empty change response
+// continuing from our LSN refreshes its staleness clock.
+func (s *session) onHeartbeat(c *conn, resp *discovery.DeltaDiscoveryResponse) {
+	if err := checkHeartbeats(s.cfg.Namespace, resp); err != nil {
+		s.l.nacks.Add(1)
+		s.l.log.Warn("NACK", "manager", c.addr, "nonce", resp.GetNonce(), "err", err)
+		s.send(c, ack(resp, err))
+		return
+	}
+	defer s.send(c, ack(resp, nil))
+	if !c.synced {
+		return
+	}
+	s.core.Step(lease.LookupResponse{
+		Namespace: s.cfg.Namespace, ManagerNonce: xdsManagerNonce, FromLSN: s.lsn, LSN: s.lsn,
+	}, s.now())
+	s.l.heartbeats.Add(1)
+}
+
+// ended handles the end of the current stream: follow a standby's leader
+// trailer, retry the manager that served us, or try the next one.
+func (s *session) ended(c *conn, ev streamEvent) {
+	s.conn = nil
+	c.cancel()
+	if c.grace != nil {
+		c.grace.Stop()
+	}
+	switch {
+	case status.Code(ev.err) == codes.FailedPrecondition && ev.leader != "":
+		s.l.redirects.Add(1)
+		s.redirectRun++
+		s.l.log.Info("following the leader", "standby", c.addr, "leader", ev.leader)
+		if s.redirectRun <= len(s.cfg.Managers) {
+			s.addr = ev.leader
+			s.connect()
+			return
+		}
+		s.retry(c, ev.leader, ev.err)
+	case c.applied:
+		s.retry(c, c.addr, ev.err)
+	default:
+		s.retry(c, "", ev.err)
+	}
+}
+
+// retry schedules the next stream after a backoff, to next or, when next
+// is empty, to the next manager in the list.
+func (s *session) retry(c *conn, next string, err error) {
+	if next == "" {
+		s.idx = (s.idx + 1) % len(s.cfg.Managers)
+		next = s.cfg.Managers[s.idx]
+	}
+	s.addr = next
+	d := s.cfg.Backoff.delay(s.attempt, rand.Float64())
+	s.attempt++
+	s.l.log.Info("stream ended", "manager", c.addr, "err", err, "next", next, "backoff", d)
+	s.backoffT = time.NewTimer(d)
+	s.backoffC = s.backoffT.C
+}
+
+// tick runs the core's timer (the staleness bound) and abandons a stream
+// on which nothing arrived for StreamTimeout.
+func (s *session) tick() {
+	now := s.now()
+	s.deliver(s.core.Tick(now))
+	c := s.conn
+	if c == nil || c.closing || s.cfg.StreamTimeout <= 0 || now.Before(c.lastRecv.Add(s.cfg.StreamTimeout)) {
+		return
+	}
+	s.l.stalls.Add(1)
+	s.conn = nil
+	c.cancel()
+	s.retry(c, "", fmt.Errorf("nothing received for %v", s.cfg.StreamTimeout))
+}
+
+func (s *session) deliver(out Output) {
+	if len(out.Loss) == 0 {
+		return
+	}
+	s.l.log.Info("loss", "ranges", len(out.Loss), "all", out.LossAll)
+	s.l.notify(out.Loss, out.LossAll)
+}
+
+// arm sets the protocol timer for the earlier of the core's deadline and
+// the current stream's StreamTimeout.
+func (s *session) arm() {
+	d := s.core.NextDeadline()
+	if c := s.conn; c != nil && !c.closing && s.cfg.StreamTimeout > 0 {
+		if sd := c.lastRecv.Add(s.cfg.StreamTimeout); d.IsZero() || sd.Before(d) {
+			d = sd
+		}
+	}
+	if s.timerC != nil && d.Equal(s.armedAt) {
+		return
+	}
+	if s.timerStop != nil {
+		s.timerStop()
+	}
+	s.timerC, s.timerStop, s.armedAt = nil, nil, d
+	if d.IsZero() {
+		return
+	}
+	wait := d.Sub(s.now())
+	if tc, ok := s.cfg.Clock.(TimerClock); ok {
+		s.timerC, s.timerStop = tc.NewTimer(wait)
+		return
+	}
+	t := time.NewTimer(wait)
+	s.timerC, s.timerStop = t.C, t.Stop
+}
