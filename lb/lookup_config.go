@@ -167,6 +167,13 @@ func (c LookupConfig) withDefaults() LookupConfig {
 	if c.StreamTimeout == 0 {
 		c.StreamTimeout = c.StalenessBound / 2
 	}
+	// The reconnect backoff scales with the staleness bound.
+	if c.Backoff.Max == 0 {
+		c.Backoff.Max = min(DefaultBackoffMax, c.StalenessBound/20)
+	}
+	if c.Backoff.Base == 0 {
+		c.Backoff.Base = min(DefaultBackoffBase, c.Backoff.Max)
+	}
 	c.Backoff = c.Backoff.withDefaults()
 	if c.KeepaliveTime == 0 {
 		c.KeepaliveTime = DefaultKeepaliveTime

@@ -44,6 +44,8 @@ type Server struct {
 	httpLn  net.Listener
 	metrics *metrics
 
+	heartbeatTimeout time.Duration // raft's: after it, a standby stops naming the leader
+
 	mu     sync.Mutex
 	leader *leaderState // non-nil while this node leads
 	wg     sync.WaitGroup
@@ -108,6 +110,7 @@ func (s *Server) Start(register func(*grpc.Server)) (err error) {
 	if s.cfg.RaftLeaderLeaseTimeout > 0 {
 		rc.LeaderLeaseTimeout = s.cfg.RaftLeaderLeaseTimeout
 	}
+	s.heartbeatTimeout = rc.HeartbeatTimeout
 	if err := raft.ValidateConfig(rc); err != nil {
 		return fmt.Errorf("%w: raft: %w", ErrConfig, err)
 	}
@@ -251,6 +254,12 @@ func (s *Server) Leader() (id, grpcAddr, httpAddr string) {
 	}
 	_, lid := s.raft.LeaderWithID()
 	if lid == "" {
+		return "", "", ""
+	}
+	// A standby that has not heard from the leader within the heartbeat
+	// timeout names nobody, so clients try the other nodes instead of
+	// bouncing off a leader that is gone.
+	if string(lid) != s.cfg.NodeID && time.Since(s.raft.LastContact()) > s.heartbeatTimeout {
 		return "", "", ""
 	}
 	n, _ := s.fsm.node(string(lid))

@@ -109,7 +109,8 @@ type OwnerConfig struct {
 	// delay renewals. It must not call Close.
 	OnOwnership func(granted, revoked []ring.Range)
 
-	// Backoff paces reconnection (default: base 50 ms, max 2 s, jitter 0.2).
+	// Backoff paces reconnection (default: base 50 ms, max min(2 s, T/20),
+	// jitter 0.2).
 	Backoff BackoffConfig
 	// ResponseTimeout abandons a stream that has answered none of the
 	// requests sent on it for this long (a manager that is up but wedged,
@@ -148,6 +149,14 @@ func (c OwnerConfig) withDefaults() OwnerConfig {
 		c.LeaseDuration = DefaultLeaseDuration
 	}
 	t := c.LeaseDuration
+	// Every duration scales with T: a reconnect backoff longer than a
+	// small fraction of the lease would let leases lapse in a failover.
+	if c.Backoff.Max == 0 {
+		c.Backoff.Max = min(DefaultBackoffMax, t/20)
+	}
+	if c.Backoff.Base == 0 {
+		c.Backoff.Base = min(DefaultBackoffBase, c.Backoff.Max)
+	}
 	c.Backoff = c.Backoff.withDefaults()
 	if c.ResponseTimeout == 0 {
 		c.ResponseTimeout = t / 2

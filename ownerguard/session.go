@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -178,6 +179,18 @@ func (s *session) conn(addr string) (*grpc.ClientConn, error) {
 			Time:                s.cfg.KeepaliveTime,
 			Timeout:             s.cfg.KeepaliveTimeout,
 			PermitWithoutStream: false,
+		}),
+		// gRPC's own reconnect backoff (1 s base by default) would keep a
+		// manager that just came back unreachable for longer than ours;
+		// it scales with T like every other duration.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{
+				BaseDelay:  s.cfg.Backoff.Base,
+				Multiplier: 1.6,
+				Jitter:     0.2,
+				MaxDelay:   s.cfg.Backoff.Max,
+			},
+			MinConnectTimeout: min(20*time.Second, max(s.cfg.LeaseDuration/4, 100*time.Millisecond)),
 		}),
 	}
 	opts = append(opts, s.cfg.DialOptions...)
