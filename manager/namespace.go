@@ -62,6 +62,8 @@ type namespace struct {
 	addrs          map[string]string   // last known address per owner name
 	desired        *ring.Ring
 	membersChanged bool // the desired ring must be recomputed
+	changed        bool // an arc was freed or changed hands: reconcile and publish
+	split          bool // arcs were split to match an owner's ranges: compact
 	ownersDirty    bool // the owner records changed: commit them
 	table          *ring.Table[arc]
 	view           *ring.Table[viewVal]
@@ -166,6 +168,8 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) Output {
 // applyHeld releases every arc of s that s no longer lists, and marks the
 // listed ones as confirmed.
 func (n *namespace) applyHeld(s *session, req lease.LeaseRequest) {
+	arcs := n.table.Len()
+	defer func() { n.split = n.split || n.table.Len() != arcs }()
 	held := ring.NewTable(lease.Gen(0)) // 0: not held (generations start at 1)
 	for _, l := range req.Held {
 		held.Set(l.Range, l.Gen)
@@ -188,6 +192,7 @@ func (n *namespace) applyHeld(s *session, req lease.LeaseRequest) {
 		} else {
 			a = n.free(mig.Get(r.End))
 			n.m.stats.Releases++
+			n.changed = true
 		}
 		n.table.SetValue(i, a)
 	}
@@ -217,10 +222,10 @@ func (n *namespace) free(clean bool) arc {
 // to the owners that need it and records the lookups' view changes.
 func (n *namespace) step(now time.Time, _ []string) Output {
 	// Arcs freed by applyHeld before this call share this step's generation.
-	defer func() { n.stepGen, n.stepGrantGen = 0, 0 }()
+	defer func() { n.stepGen, n.stepGrantGen, n.changed, n.split = 0, 0, false, false }()
 	nowNs := now.UnixNano()
-	for _, name := range sortedKeys(n.sessions) {
-		s := n.sessions[name]
+	// Map order is fine here: which sessions expire does not depend on it.
+	for name, s := range n.sessions {
 		if !now.Before(s.lastRecv.Add(n.hold)) {
 			// Not retired: the same incarnation may come back after a
 			// partition; by then its own leases have expired.
@@ -234,28 +239,39 @@ func (n *namespace) step(now time.Time, _ []string) Output {
 		if a := n.table.Value(i); a.st != Free && a.expiry <= nowNs {
 			n.table.SetValue(i, n.free(false))
 			n.m.stats.Expiries++
+			n.changed = true
 		}
 	}
+	// A plain renewal changes nothing: the table is reconciled, compacted
+	// and diffed only after an arc was freed or the membership changed.
+	changed := n.changed || n.membersChanged
 	if n.membersChanged {
 		n.membersChanged = false
 		n.desired = n.desiredRing()
 	}
-	n.reconcile()
+	if changed {
+		n.reconcile()
+	}
 	var out Output
-	for _, name := range sortedKeys(n.sessions) {
-		s := n.sessions[name]
+	for name, s := range n.sessions {
 		if !s.resendAt.IsZero() && !now.Before(s.resendAt) {
 			n.dirty[name] = true
 			n.m.stats.RaceResends++
 		}
-		if n.dirty[name] {
+	}
+	for _, name := range sortedKeys(n.dirty) {
+		if s := n.sessions[name]; s != nil {
 			out.Send = append(out.Send, n.message(s))
 		}
 	}
 	clear(n.dirty)
-	n.table.Compact()
-	if c := n.publish(now); len(c.Changes) > 0 || c.Owners != nil {
-		out.Commits = append(out.Commits, c)
+	if changed || n.split {
+		n.table.Compact()
+	}
+	if changed || n.ownersDirty {
+		if c := n.publish(now); len(c.Changes) > 0 || c.Owners != nil {
+			out.Commits = append(out.Commits, c)
+		}
 	}
 	n.log.truncate(now, n.m.cfg.LogRetention)
 	return out
