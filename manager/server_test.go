@@ -255,3 +255,36 @@ func TestStandbyNamesTheLeader(t *testing.T) {
 		t.Errorf("standby admin: %d %+v", code, leases)
 	}
 }
+
+// A clean stop of the leader hands leadership to another voter.
+func TestCleanStopHandsLeadershipOver(t *testing.T) {
+	a := startNode(t, "n1", "", nil)
+	eventually(t, "leadership", a.IsLeader)
+	_, _, ah := a.Addrs()
+	b := startNode(t, "n2", ah, nil)
+	c := startNode(t, "n3", ah, nil)
+	_, ag, _ := a.Addrs()
+	eventually(t, "followers to know the leader", func() bool {
+		_, gb, _ := b.Leader()
+		_, gc, _ := c.Leader()
+		return gb == ag && gc == ag
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	if err := a.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	eventually(t, "a new leader", func() bool { return b.IsLeader() || c.IsLeader() })
+	var got struct {
+		Role string `json:"role"`
+	}
+	for _, n := range []*manager.Server{b, c} {
+		if n.IsLeader() {
+			_, _, h := n.Addrs()
+			getJSON(t, "http://"+h+"/v1/cluster", &got)
+		}
+	}
+	if got.Role != "leader" {
+		t.Errorf("the new leader reports role %q", got.Role)
+	}
+}

@@ -64,6 +64,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	})
 	cfg.Observer = lt
 	cfg.Heartbeat = lt.Heartbeat
+	cfg.LookupStreams = func() int { return lt.Stats().Streams }
 	server, err = manager.NewServer(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "fuge-manager: %v\n", err)
