@@ -127,7 +127,7 @@ func TestLookupConvergence(t *testing.T) {
 	if len(lat) < 30 {
 		t.Fatalf("only %d samples", len(lat))
 	}
-	if p(0.99) > 50*time.Millisecond {
-		t.Errorf("p99 %v, want under 50 ms", p(0.99))
+	if bound := latencyBound(50 * time.Millisecond); p(0.99) > bound {
+		t.Errorf("p99 %v, want under %v (50 ms without the race detector)", p(0.99), bound)
 	}
 }

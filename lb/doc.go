@@ -80,34 +80,47 @@
 //
 // Lookup is the shell that fuge-proxy uses. It follows the leader over
 // delta ADS (AggregatedDiscoveryService.DeltaAggregatedResources), with two
-// wildcard subscriptions: ArcTypeURL, one fuge.v1.Arc per arc of the lease
-// table named api/wire.ArcName, and HeartbeatTypeURL, one fuge.v1.Heartbeat
-// the leader rewrites every heartbeat interval. The node names the namespace
-// in node.cluster and node.metadata["fuge.namespace"]. A standby refuses the
-// stream with FAILED_PRECONDITION and the leader's address in the
-// "fuge-leader" trailer; the Lookup goes there next, and otherwise tries the
-// managers in turn with a grpc-go style backoff.
+// wildcard subscriptions: ArcBlockTypeURL and HeartbeatTypeURL. The lease
+// table comes as api/wire.Blocks (64) fixed fuge.v1.ArcBlock resources: the
+// circle is cut by the top 6 bits of a position, and block b, named
+// api/wire.BlockName(namespace, b), holds the arcs whose end lies in it, in
+// ring order (none for an empty block), versioned by the LSN of its last
+// change. The heartbeat is one fuge.v1.Heartbeat the leader rewrites every
+// heartbeat interval. The node names the namespace in node.cluster and
+// node.metadata["fuge.namespace"]. A standby refuses the stream with
+// FAILED_PRECONDITION and the leader's address in the "fuge-leader"
+// trailer; the Lookup goes there next, and otherwise tries the managers in
+// turn with a grpc-go style backoff.
 //
-// The Lookup keeps the arcs it holds with their versions, which are opaque
-// to it, and sends them as initial_resource_versions on every new stream, so
-// a manager sends only what changed. Each Arc response is applied whole or
-// not at all: a resource that does not decode is NACKed, nothing of its
-// response is applied, and the stream is restarted so that the manager
-// learns again what the Lookup holds. When the arcs held partition the
-// circle, they are fed to the Core as a snapshot (constant ManagerNonce,
-// local LSN); the Core diffs them against its table and returns exactly the
-// ranges whose generation changed. Otherwise (a table still arriving in
-// pieces) the response is acknowledged and the table waits.
+// The Lookup keeps the blocks it holds with their versions, which are
+// opaque to it, and sends them as initial_resource_versions on every new
+// stream, so a manager sends only the blocks that changed. A block sent
+// replaces the arcs the Lookup held for it; a block removed is held empty
+// (and, having no version, is not sent back). Each ArcBlock response is
+// applied whole or not at all: a malformed block (one that does not
+// decode, is named for another block, holds an arc that is invalid or does
+// not end in it, or whose arcs do not follow each other in ring order) is
+// NACKed, nothing of its response is applied, and the stream is restarted
+// so that the manager learns again what the Lookup holds. When all 64
+// blocks are held and their arcs partition the circle, the table is
+// complete and fed to the Core as a snapshot (constant ManagerNonce, local
+// LSN); the Core diffs it against its table and returns exactly the ranges
+// whose generation changed, so a change to one arc, arriving as the one
+// block holding it, signals loss on that arc alone. Otherwise (a table
+// still arriving in pieces) the response is acknowledged and the table
+// waits.
 //
-// A heartbeat on a stream whose last Arc response was applied tells the Core
-// the manager was heard (an empty change response from our LSN). Heartbeats
-// thus replace the Core's polling, and the bound B above holds with D
-// including one acknowledgement round trip: a change committed just before
-// a heartbeat may wait for the Lookup's ACK of the previous Arc response. The
-// Lookup calls the Core's Tick at NextDeadline, connected or not, so after
-// StalenessBound without word from the leader it signals loss on every
-// range; the next table after reconnecting diffs against the old one and
-// signals what changed.
+// A heartbeat on a stream whose last ArcBlock response was applied tells
+// the Core the manager was heard (an empty change response from our LSN).
+// Heartbeats thus replace the Core's polling. The manager coalesces
+// pushes (at most one per 10 ms per namespace) and sends a heartbeat only
+// after the changes pending before it are flushed, so the bound B above
+// holds with D including that coalescing delay and one acknowledgement
+// round trip: a change committed just before a heartbeat may wait for the
+// Lookup's ACK of the previous ArcBlock response. The Lookup calls the Core's Tick at NextDeadline, connected or
+// not, so after StalenessBound without word from the leader it signals
+// loss on every range; the next table after reconnecting diffs against the
+// old one and signals what changed.
 //
 // Over xDS an arc carries no Clean flag, so a clean migration is signalled
 // as a loss: an extra notification, which PRS allows.

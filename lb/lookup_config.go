@@ -13,9 +13,10 @@ import (
 
 // The xDS contract between a Lookup and the manager's xds package.
 const (
-	// ArcTypeURL is the type of the lease-table resources: one fuge.v1.Arc
-	// per arc, named ArcName(namespace, range) (api/wire.ArcName).
-	ArcTypeURL = "type.googleapis.com/fuge.v1.Arc"
+	// ArcBlockTypeURL is the type of the lease-table resources: the
+	// wire.Blocks (64) fuge.v1.ArcBlock of a namespace, block b named
+	// wire.BlockName(namespace, b) and holding the arcs that end in it.
+	ArcBlockTypeURL = "type.googleapis.com/fuge.v1.ArcBlock"
 	// HeartbeatTypeURL is the type of the one resource HeartbeatName(ns),
 	// a fuge.v1.Heartbeat the leader rewrites every heartbeat interval.
 	HeartbeatTypeURL = "type.googleapis.com/fuge.v1.Heartbeat"
@@ -242,9 +243,9 @@ type LookupStats struct {
 	Reconnects uint64 // streams started after the first
 	Redirects  uint64 // "fuge-leader" trailers followed
 	Stalls     uint64 // streams abandoned after StreamTimeout
-	Updates    uint64 // Arc responses applied to the table (Version)
-	Rejected   uint64 // Arc responses acknowledged but not applied: the arcs held did not partition the circle
-	NACKs      uint64 // responses refused because a resource could not be decoded
+	Updates    uint64 // ArcBlock responses applied to the table (Version)
+	Rejected   uint64 // ArcBlock responses acknowledged but not applied: the table held was not complete
+	NACKs      uint64 // responses refused because a resource was malformed
 	Heartbeats uint64 // heartbeats that refreshed the staleness clock
 	// LossNotifications counts OnLoss upcalls (queued), LossAll those on
 	// everything after the staleness bound.

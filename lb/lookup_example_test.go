@@ -11,8 +11,11 @@ import (
 )
 
 // A front end follows the lease table of namespace "chat" from whichever of
-// three managers leads, routes by it, and drops cached state when told it
-// may be lost.
+// three managers leads (as the 64 fuge.v1.ArcBlock resources of
+// lb.ArcBlockTypeURL over delta xDS; Ready once all 64 are held and their
+// arcs partition the circle), routes by it, and drops cached state when
+// told it may be lost: a change to one arc arrives as the one block holding
+// it and is notified for that arc's range alone.
 func ExampleLookup() {
 	l, err := lb.NewLookup(lb.LookupConfig{
 		Managers:  []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"},

@@ -106,6 +106,33 @@ func checkAt(t *testing.T, l *Lookup, h uint64, want lease.Entry) {
 	}
 }
 
+// replaced returns es with es[i] replaced by with.
+func replaced(es []lease.Entry, i int, with ...lease.Entry) []lease.Entry {
+	return slices.Concat(es[:i], with, es[i+1:])
+}
+
+// blockResponses returns the ArcBlock responses among recs.
+func blockResponses(recs []record) []*discovery.DeltaDiscoveryResponse {
+	var out []*discovery.DeltaDiscoveryResponse
+	for _, r := range recs {
+		if r.resp != nil && r.resp.TypeUrl == ArcBlockTypeURL {
+			out = append(out, r.resp)
+		}
+	}
+	return out
+}
+
+// resourceNames lists the names of the resources of resps, in order.
+func resourceNames(resps []*discovery.DeltaDiscoveryResponse) []string {
+	var out []string
+	for _, r := range resps {
+		for _, res := range r.Resources {
+			out = append(out, res.Name)
+		}
+	}
+	return out
+}
+
 func TestXDSInitialTable(t *testing.T) {
 	srv := newXDSServer(t, ns, quarters...)
 	l, losses := startLookup(t, []string{srv.Addr()}, nil)
@@ -113,7 +140,7 @@ func TestXDSInitialTable(t *testing.T) {
 		t.Fatal("Lookup answered before any table")
 	}
 	waitReady(t, l)
-	srv.waitAcked(ArcTypeURL, 1)
+	srv.waitAcked(ArcBlockTypeURL, 1)
 	srv.waitAcked(HeartbeatTypeURL, 1)
 
 	want := []lease.Entry{quarters[3], quarters[0], quarters[1], quarters[2]} // in order of End
@@ -129,18 +156,19 @@ func TestXDSInitialTable(t *testing.T) {
 	if a1 != a2 || r1 != r2 || g1 != g2 || ok1 != ok2 {
 		t.Fatalf("LookupKey and Lookup disagree")
 	}
-	if v, st := l.Version(), l.Stats(); v != 1 || st.Updates != 1 || st.Attempts != 1 || st.NACKs != 0 {
+	if v, st := l.Version(), l.Stats(); v != 1 || st.Updates != 1 || st.Attempts != 1 || st.NACKs != 0 || st.Rejected != 0 {
 		t.Fatalf("Version %d, stats %+v", v, st)
 	}
 	noLoss(t, losses) // the first table notifies nothing
 
 	recs := srv.records()
-	var subs, acks int
+	var types []string
+	var acks int
 	for _, r := range recs {
 		switch req := r.req; {
 		case req == nil:
 		case req.ResponseNonce == "":
-			subs++
+			types = append(types, req.TypeUrl)
 			md := req.GetNode().GetMetadata().GetFields()[NamespaceMetadataKey].GetStringValue()
 			if req.GetNode().GetId() != "fe1" || req.GetNode().GetCluster() != ns || md != ns ||
 				!slices.Equal(req.ResourceNamesSubscribe, []string{"*"}) || len(req.InitialResourceVersions) != 0 {
@@ -152,9 +180,56 @@ func TestXDSInitialTable(t *testing.T) {
 			acks++
 		}
 	}
-	if subs != 2 || acks < 2 {
-		t.Fatalf("server saw %d subscriptions and %d ACKs, want 2 and at least 2", subs, acks)
+	if !slices.Equal(types, []string{ArcBlockTypeURL, HeartbeatTypeURL}) || acks < 2 {
+		t.Fatalf("server saw subscriptions to %v and %d ACKs, want ArcBlock and Heartbeat and at least 2", types, acks)
 	}
+	if n := len(resourceNames(blockResponses(recs))); n != wire.Blocks {
+		t.Fatalf("server sent %d blocks, want %d", n, wire.Blocks)
+	}
+}
+
+// A table that arrives incomplete, missing a block or with arcs that do not
+// partition the circle, is acknowledged and waits.
+func TestXDSWaitsForCompleteTable(t *testing.T) {
+	srv := newXDSServer(t, ns, quarters...)
+	a := wire.BlockOf(quarters[0].Range.End) // a's block
+	srv.publish(nil, a)
+	l, losses := startLookup(t, []string{srv.Addr()}, nil)
+	srv.waitAcked(ArcBlockTypeURL, 1)
+	if got := len(resourceNames(blockResponses(srv.records()))); got != wire.Blocks-1 {
+		t.Fatalf("server sent %d blocks, want %d", got, wire.Blocks-1)
+	}
+	notReady := func() {
+		t.Helper()
+		select {
+		case <-l.Ready():
+			t.Fatal("ready on an incomplete table")
+		default:
+		}
+		if _, _, _, ok := l.Lookup(1); ok || l.Version() != 0 || l.Entries() != nil {
+			t.Fatal("a table was published")
+		}
+	}
+	notReady()
+	if st := l.Stats(); st.Rejected != 1 || st.NACKs != 0 {
+		t.Fatalf("stats %+v, want 1 rejected", st)
+	}
+
+	// All 64 blocks, but a's block leaves (0, q/2] uncovered.
+	srv.publish(map[uint32]*fugev1.ArcBlock{a: wire.ArcBlock(ns, a, []lease.Entry{ent(q/2, q, "a", 1)})})
+	srv.waitAcked(ArcBlockTypeURL, 2)
+	notReady()
+	if st := l.Stats(); st.Rejected != 2 || st.NACKs != 0 {
+		t.Fatalf("stats %+v, want 2 rejected", st)
+	}
+
+	srv.setTable(quarters...)
+	waitReady(t, l)
+	checkAt(t, l, 1, quarters[0])
+	if st := l.Stats(); st.Rejected != 2 || st.Updates != 1 {
+		t.Fatalf("stats %+v, want 1 update", st)
+	}
+	noLoss(t, losses) // still the first table
 }
 
 func TestXDSUpdateNotifiesLoss(t *testing.T) {
@@ -163,7 +238,8 @@ func TestXDSUpdateNotifiesLoss(t *testing.T) {
 	waitReady(t, l)
 
 	up := l.Updated()
-	srv.update([]lease.Entry{ent(q, 2*q, "b", 5)})
+	table := replaced(quarters, 1, ent(q, 2*q, "b", 5))
+	srv.setTable(table...)
 	checkLoss(t, waitLoss(t, losses), false, rg(q, 2*q))
 	select {
 	case <-up:
@@ -177,57 +253,137 @@ func TestXDSUpdateNotifiesLoss(t *testing.T) {
 	}
 
 	// c's arc splits: its first half under a new generation, its second
-	// half moves to e under the same generation (no loss there).
-	srv.update([]lease.Entry{ent(2*q, 2*q+q/2, "c", 6), ent(2*q+q/2, 3*q, "e", 3)}, rg(2*q, 3*q))
+	// half moves to e under the same generation (no loss there). Two
+	// blocks change in one push.
+	srv.setTable(replaced(table, 2, ent(2*q, 2*q+q/2, "c", 6), ent(2*q+q/2, 3*q, "e", 3))...)
 	checkLoss(t, waitLoss(t, losses), false, rg(2*q, 2*q+q/2))
 	checkAt(t, l, 3*q, ent(2*q+q/2, 3*q, "e", 3))
 	checkAt(t, l, 2*q+1, ent(2*q, 2*q+q/2, "c", 6))
+	resps := blockResponses(lastStream(srv.records()))
+	want := []string{wire.BlockName(ns, wire.BlockOf(2*q+q/2)), wire.BlockName(ns, wire.BlockOf(3*q))}
+	if got := resourceNames(resps[len(resps)-1:]); !slices.Equal(got, want) {
+		t.Fatalf("the split came as blocks %v, want %v", got, want)
+	}
 	if st := l.Stats(); st.LossNotifications != 2 || st.LossAll != 0 || st.Rejected != 0 {
 		t.Fatalf("stats %+v", st)
 	}
+}
+
+// A change of one arc arrives as the one block that holds it, and
+// notifies exactly that arc's range, not its block's.
+func TestXDSOneBlockChangeNotifiesOneArc(t *testing.T) {
+	const n, step = 256, uint64(1) << 56 // four arcs per block
+	table := make([]lease.Entry, n)
+	for i := range table {
+		table[i] = ent(uint64(i)*step, uint64(i+1)*step, string(rune('a'+i%4)), lease.Gen(i+1))
+	}
+	srv := newXDSServer(t, ns, table...)
+	l, losses := startLookup(t, []string{srv.Addr()}, nil)
+	waitReady(t, l)
+	srv.waitAcked(ArcBlockTypeURL, 1)
+	sent := len(blockResponses(lastStream(srv.records())))
+
+	const i = 129 // the second of the four arcs of block 32
+	changed := ent(uint64(i)*step, uint64(i+1)*step, "x", 1000)
+	if b := wire.BlockOf(changed.Range.End); b != 32 || wire.BlockOf(table[i-1].Range.End) != b || wire.BlockOf(table[i+1].Range.End) != b {
+		t.Fatalf("arcs %d to %d are not all in block 32", i-1, i+1)
+	}
+	srv.setTable(replaced(table, i, changed)...)
+	checkLoss(t, waitLoss(t, losses), false, changed.Range)
+
+	resps := blockResponses(lastStream(srv.records()))
+	if got, want := resourceNames(resps[sent:]), []string{wire.BlockName(ns, 32)}; !slices.Equal(got, want) {
+		t.Fatalf("the change came as blocks %v, want %v", got, want)
+	}
+	for j, e := range replaced(table, i, changed) {
+		checkAt(t, l, e.Range.End, e)
+		if j == i-1 || j == i+1 {
+			checkAt(t, l, e.Range.Start+1, e) // the same block, untouched
+		}
+	}
+	if v, st := l.Version(), l.Stats(); v != 2 || st.LossNotifications != 1 || st.Rejected != 0 {
+		t.Fatalf("Version %d, stats %+v", v, st)
+	}
+	noLoss(t, losses)
+}
+
+// A block the server removes is held empty, and is not sent back.
+func TestXDSRemovedBlockIsEmpty(t *testing.T) {
+	srv := newXDSServer(t, ns, quarters...)
+	l, losses := startLookup(t, []string{srv.Addr()}, nil)
+	waitReady(t, l)
+
+	// b takes over a's arc: a's block now holds nothing and is removed
+	// rather than sent empty.
+	a, b := wire.BlockOf(quarters[0].Range.End), wire.BlockOf(quarters[1].Range.End)
+	merged := ent(0, 2*q, "b", 5)
+	srv.publish(map[uint32]*fugev1.ArcBlock{b: wire.ArcBlock(ns, b, []lease.Entry{merged})}, a)
+	checkLoss(t, waitLoss(t, losses), false, rg(0, 2*q))
+	checkAt(t, l, 1, merged)
+	resps := blockResponses(lastStream(srv.records()))
+	if last := resps[len(resps)-1]; !slices.Equal(last.RemovedResources, []string{wire.BlockName(ns, a)}) {
+		t.Fatalf("last response %v does not remove a's block", last)
+	}
+
+	srv.stop()
+	srv.start()
+	srv.waitAcked(ArcBlockTypeURL, 1) // on the new stream
+	var versions map[string]string
+	for _, r := range lastStream(srv.records()) {
+		if r.req != nil && r.req.TypeUrl == ArcBlockTypeURL && r.req.ResponseNonce == "" {
+			versions = r.req.InitialResourceVersions
+		}
+	}
+	if _, ok := versions[wire.BlockName(ns, a)]; ok || len(versions) != wire.Blocks-1 {
+		t.Fatalf("initial_resource_versions %v: want the %d blocks held but a's", versions, wire.Blocks-1)
+	}
+	if st := l.Stats(); st.Rejected != 0 || st.Reconnects == 0 {
+		t.Fatalf("stats %+v: the table without a's block should stay complete", st)
+	}
+	checkAt(t, l, 1, merged)
+	noLoss(t, losses)
 }
 
 func TestXDSReconnectSendsVersions(t *testing.T) {
 	srv := newXDSServer(t, ns, quarters...)
 	l, losses := startLookup(t, []string{srv.Addr()}, nil)
 	waitReady(t, l)
-	srv.waitAcked(ArcTypeURL, 1)
+	srv.waitAcked(ArcBlockTypeURL, 1)
 	held := map[string]string{}
-	for _, r := range srv.records() {
-		if r.resp != nil && r.resp.TypeUrl == ArcTypeURL {
-			for _, res := range r.resp.Resources {
-				held[res.Name] = res.Version
-			}
+	for _, resp := range blockResponses(srv.records()) {
+		for _, res := range resp.Resources {
+			held[res.Name] = res.Version
 		}
 	}
-	if len(held) != 4 {
-		t.Fatalf("server sent %d arcs, want 4", len(held))
+	if len(held) != wire.Blocks || held[wire.BlockName(ns, 0)] != "1" {
+		t.Fatalf("server sent %v, want %d blocks at LSN 1", held, wire.Blocks)
 	}
 
 	srv.stop()
-	srv.update([]lease.Entry{ent(3*q, 0, "d", 9)}) // while the Lookup is cut off
+	srv.setTable(replaced(quarters, 3, ent(3*q, 0, "d", 9))...) // while the Lookup is cut off: LSN 2
 	srv.start()
 	checkLoss(t, waitLoss(t, losses), false, rg(3*q, 0))
 	checkAt(t, l, 3*q+1, ent(3*q, 0, "d", 9))
 
 	recs := lastStream(srv.records())
-	var first, resp bool
+	var first *discovery.DeltaDiscoveryRequest
 	for _, r := range recs {
-		switch {
-		case r.req != nil && r.req.TypeUrl == ArcTypeURL && !first:
-			first = true
-			if !maps.Equal(r.req.InitialResourceVersions, held) {
-				t.Errorf("initial_resource_versions = %v, want %v", r.req.InitialResourceVersions, held)
-			}
-		case r.resp != nil && r.resp.TypeUrl == ArcTypeURL && !resp:
-			resp = true
-			if len(r.resp.Resources) != 1 || r.resp.Resources[0].Name != wire.ArcName(ns, rg(3*q, 0)) {
-				t.Errorf("first response after reconnecting sent %d arcs, want only d's: %v", len(r.resp.Resources), r.resp)
-			}
+		if r.req != nil && r.req.TypeUrl == ArcBlockTypeURL && first == nil {
+			first = r.req
 		}
 	}
-	if !first || !resp {
-		t.Fatalf("the new stream has no Arc request or response: %v", recs)
+	if first == nil || !maps.Equal(first.InitialResourceVersions, held) {
+		t.Fatalf("initial_resource_versions = %v, want %v", first.GetInitialResourceVersions(), held)
+	}
+	// Only d's block came back, at the new LSN.
+	var got []string
+	for _, resp := range blockResponses(recs) {
+		for _, res := range resp.Resources {
+			got = append(got, res.Name+"@"+res.Version)
+		}
+	}
+	if want := []string{wire.BlockName(ns, 0) + "@2"}; !slices.Equal(got, want) {
+		t.Fatalf("the new stream sent blocks %v, want %v", got, want)
 	}
 	if st := l.Stats(); st.Reconnects == 0 || st.Redirects != 0 {
 		t.Fatalf("stats %+v", st)
@@ -299,7 +455,7 @@ func TestXDSStaleness(t *testing.T) {
 		c.StreamTimeout = -1
 	})
 	waitReady(t, l)
-	srv.waitAcked(ArcTypeURL, 1)
+	srv.waitAcked(ArcBlockTypeURL, 1)
 	srv.waitAcked(HeartbeatTypeURL, 1)
 
 	// A heartbeat at 9 s refreshes the staleness clock: nothing at 11 s.
@@ -334,7 +490,7 @@ func TestXDSStaleness(t *testing.T) {
 	checkAt(t, l, q, quarters[0]) // the table stays as a hint
 
 	// It comes back with c's arc lost meanwhile: the next table notifies it.
-	srv.update([]lease.Entry{ent(2*q, 3*q, "c", 8)})
+	srv.setTable(replaced(quarters, 2, ent(2*q, 3*q, "c", 8))...)
 	srv.start()
 	checkLoss(t, waitLoss(t, losses), false, rg(2*q, 3*q))
 }
@@ -344,13 +500,16 @@ func TestXDSNACK(t *testing.T) {
 	l, losses := startLookup(t, []string{srv.Addr()}, nil)
 	waitReady(t, l)
 
-	// One push: d under a new generation, and a b held without an address.
-	bad := wire.ArcName(ns, rg(q, 2*q))
-	push := srv.arcResources([]lease.Entry{ent(3*q, 0, "d", 9)})
-	push[bad] = &fugev1.Arc{Namespace: ns, Range: wire.Range(rg(q, 2*q)), Owner: "x", Gen: 7}
-	if err := srv.arcs.UpdateResources(push, nil); err != nil {
-		t.Fatal(err)
-	}
+	// One push: d's block with d under a new generation, and b's block
+	// with b held without an address.
+	d, b := wire.BlockOf(quarters[3].Range.End), wire.BlockOf(quarters[1].Range.End)
+	badBlock := wire.ArcBlock(ns, b, []lease.Entry{quarters[1]})
+	badBlock.Arcs[0].Addr = ""
+	srv.publish(map[uint32]*fugev1.ArcBlock{
+		d: wire.ArcBlock(ns, d, []lease.Entry{ent(3*q, 0, "d", 9)}),
+		b: badBlock,
+	})
+	bad := wire.BlockName(ns, b)
 	srv.wait("a NACK", func(log []record, _ int) bool {
 		for _, r := range log {
 			if r.req != nil && r.req.ErrorDetail != nil {
@@ -363,7 +522,7 @@ func TestXDSNACK(t *testing.T) {
 		if r.req == nil || r.req.ErrorDetail == nil {
 			continue
 		}
-		if !strings.Contains(r.req.ErrorDetail.Message, bad) || r.req.TypeUrl != ArcTypeURL {
+		if !strings.Contains(r.req.ErrorDetail.Message, bad) || r.req.TypeUrl != ArcBlockTypeURL {
 			t.Errorf("NACK %v does not name %q", r.req, bad)
 		}
 		var nacked bool
@@ -384,10 +543,13 @@ func TestXDSNACK(t *testing.T) {
 	}
 
 	// Fixed: the resynchronized stream applies both changes at once.
-	srv.update([]lease.Entry{ent(q, 2*q, "b", 7)})
+	srv.setTable(ent(0, q, "a", 1), ent(q, 2*q, "b", 7), quarters[2], ent(3*q, 0, "d", 9))
 	checkLoss(t, waitLoss(t, losses), false, rg(3*q, 0), rg(q, 2*q))
 	checkAt(t, l, q+1, ent(q, 2*q, "b", 7))
 	checkAt(t, l, 3*q+1, ent(3*q, 0, "d", 9))
+	if st := l.Stats(); st.Reconnects == 0 || st.Updates != 2 {
+		t.Fatalf("stats %+v, want a reconnect and 2 updates", st)
+	}
 }
 
 func TestLookupConfigValidate(t *testing.T) {

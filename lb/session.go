@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/fuge-project/fuge/api/wire"
 	"github.com/fuge-project/fuge/lease"
 )
 
@@ -29,8 +30,8 @@ const (
 	outQueue = 64
 )
 
-// session is the Lookup's stream goroutine: it owns the Core, the arcs held
-// and the current stream, and is the only goroutine that touches them.
+// session is the Lookup's stream goroutine: it owns the Core, the blocks
+// held and the current stream, and is the only goroutine that touches them.
 // Each stream has a reader goroutine, which posts what arrives as events,
 // and a writer goroutine, which sends what the session queues.
 type session struct {
@@ -39,8 +40,9 @@ type session struct {
 	core     *Core
 	node     *corev3.Node
 	dialOpts []grpc.DialOption
-	held     map[string]heldArc
-	lsn      uint64 // local LSN of the snapshots fed to the core
+	names    []string             // the namespace's block names, by number
+	held     map[string]heldBlock // blocks held, by name
+	lsn      uint64               // local LSN of the snapshots fed to the core
 	events   chan streamEvent
 	ctx      context.Context
 	wg       sync.WaitGroup // reader goroutines
@@ -68,7 +70,7 @@ type conn struct {
 	out      chan *discovery.DeltaDiscoveryRequest // nil asks the writer to half-close
 	lastRecv time.Time                             // by the Lookup's clock
 	applied  bool                                  // a table was applied from this stream
-	synced   bool                                  // the last Arc response was applied: heartbeats count
+	synced   bool                                  // the last ArcBlock response was applied: heartbeats count
 	closing  bool                                  // half-closed after a NACK; what arrives is ignored
 	grace    *time.Timer
 }
@@ -96,7 +98,8 @@ func newSession(l *Lookup, core *Core) *session {
 		core:     core,
 		node:     node(cfg.Namespace, cfg.Name),
 		dialOpts: append(opts, cfg.DialOptions...),
-		held:     make(map[string]heldArc),
+		names:    blockNames(cfg.Namespace),
+		held:     make(map[string]heldBlock, wire.Blocks),
 		events:   make(chan streamEvent, 16),
 		addr:     cfg.Managers[0],
 	}
@@ -144,7 +147,7 @@ func (s *session) shutdown() {
 }
 
 // connect starts a stream to s.addr and queues the two wildcard
-// subscriptions, the Arc one with the versions held.
+// subscriptions, the ArcBlock one with the versions of the blocks held.
 func (s *session) connect() {
 	s.nextID++
 	c := &conn{id: s.nextID, addr: s.addr, out: make(chan *discovery.DeltaDiscoveryRequest, outQueue), lastRecv: s.now()}
@@ -153,13 +156,16 @@ func (s *session) connect() {
 		s.l.reconnects.Add(1)
 	}
 	var versions map[string]string
-	if len(s.held) > 0 {
-		versions = make(map[string]string, len(s.held))
-		for name, h := range s.held {
-			versions[name] = h.version
+	for name, h := range s.held {
+		if h.version == "" {
+			continue // removed by the server: nothing to send back
 		}
+		if versions == nil {
+			versions = make(map[string]string, len(s.held))
+		}
+		versions[name] = h.version
 	}
-	c.out <- subscribe(ArcTypeURL, s.node, versions)
+	c.out <- subscribe(ArcBlockTypeURL, s.node, versions)
 	c.out <- subscribe(HeartbeatTypeURL, s.node, nil)
 	s.conn = c
 	s.l.log.Debug("connecting", "manager", c.addr, "held", len(s.held))
@@ -254,8 +260,8 @@ func (s *session) handle(ev streamEvent) {
 		return
 	}
 	switch ev.resp.GetTypeUrl() {
-	case ArcTypeURL:
-		s.onArcs(c, ev.resp)
+	case ArcBlockTypeURL:
+		s.onBlocks(c, ev.resp)
 	case HeartbeatTypeURL:
 		s.onHeartbeat(c, ev.resp)
 	default:
@@ -263,11 +269,12 @@ func (s *session) handle(ev streamEvent) {
 	}
 }
 
-// onArcs applies an Arc response to the arcs held and, when they partition
-// the circle, feeds them to the core as a snapshot: the core diffs it
-// against its table and returns the loss.
-func (s *session) onArcs(c *conn, resp *discovery.DeltaDiscoveryResponse) {
-	u, err := decodeArcs(s.cfg.Namespace, resp)
+// onBlocks applies an ArcBlock response to the blocks held: each block
+// sent replaces the arcs of that block, and a block removed is held empty.
+// When the table is then complete, it is fed to the core as a snapshot: the
+// core diffs it against its table and returns the loss.
+func (s *session) onBlocks(c *conn, resp *discovery.DeltaDiscoveryResponse) {
+	u, err := decodeBlocks(s.cfg.Namespace, resp)
 	if err != nil {
 		// The server now believes we hold what we refused; a new stream,
 		// sending the versions we do hold, resynchronizes. Until a table
@@ -282,28 +289,24 @@ func (s *session) onArcs(c *conn, resp *discovery.DeltaDiscoveryResponse) {
 		return
 	}
 	for _, name := range u.removed {
-		delete(s.held, name)
+		s.held[name] = heldBlock{}
 	}
 	maps.Copy(s.held, u.set)
 	// The ACK goes out once the response is dealt with, so a manager that
 	// sees it knows the table is published and the loss upcall queued.
 	defer s.send(c, ack(resp, nil))
 
-	entries := make([]lease.Entry, 0, len(s.held))
-	for _, h := range s.held {
-		entries = append(entries, h.entry)
+	entries, err := tableOf(s.names, s.held)
+	if err != nil {
+		c.synced = false
+		s.l.rejected.Add(1)
+		s.l.log.Warn("the table held is not complete; not applied", "manager", c.addr, "err", err)
+		return
 	}
 	s.lsn++
-	before := s.core.Stats().Snapshots
 	out := s.core.Step(lease.LookupResponse{
 		Namespace: s.cfg.Namespace, ManagerNonce: xdsManagerNonce, Snapshot: true, LSN: s.lsn, Entries: entries,
 	}, s.now())
-	if s.core.Stats().Snapshots == before {
-		c.synced = false
-		s.l.rejected.Add(1)
-		s.l.log.Warn("the arcs held do not partition the circle; table not applied", "manager", c.addr, "arcs", len(s.held))
-		return
-	}
 	c.synced, c.applied = true, true
 	s.attempt, s.redirectRun = 0, 0
 	s.l.publish(s.core.Entries(), s.core.Stats())

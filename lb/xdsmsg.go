@@ -3,6 +3,8 @@ package lb
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -20,16 +22,19 @@ import (
 // that carried it is NACKed.
 var ErrBadResource = errors.New("lb: bad xDS resource")
 
-// heldArc is an arc resource the Lookup holds, with the version the server
-// gave it (opaque to the Lookup; sent back in initial_resource_versions).
-type heldArc struct {
-	entry   lease.Entry
+// heldBlock is a block the Lookup holds: its arcs, in ring order, and the
+// version the server gave it (opaque to the Lookup; sent back in
+// initial_resource_versions). A block the server removed is held empty and
+// without a version, so it is not sent back.
+type heldBlock struct {
+	entries []lease.Entry
 	version string
 }
 
-// arcUpdate is a decoded Arc response: resources to set and names removed.
-type arcUpdate struct {
-	set     map[string]heldArc
+// blockUpdate is a decoded ArcBlock response: blocks to set, by name, and
+// the names of the blocks removed.
+type blockUpdate struct {
+	set     map[string]heldBlock
 	removed []string
 }
 
@@ -66,32 +71,91 @@ func ack(resp *discovery.DeltaDiscoveryResponse, err error) *discovery.DeltaDisc
 	return r
 }
 
-// decodeArcs decodes an Arc response for namespace ns. Every resource must
-// be a fuge.v1.Arc of ns named ArcName(ns, its range); one bad resource
-// fails the whole response.
-func decodeArcs(ns string, resp *discovery.DeltaDiscoveryResponse) (arcUpdate, error) {
-	u := arcUpdate{set: make(map[string]heldArc, len(resp.GetResources())), removed: resp.GetRemovedResources()}
+// decodeBlocks decodes an ArcBlock response for namespace ns. Every
+// resource must be a well-formed fuge.v1.ArcBlock of ns (see
+// wire.EntriesFromBlock) named BlockName(ns, its block), whose arcs follow
+// each other in ring order; one bad resource fails the whole response.
+// Removed names that are not block names of ns are ignored.
+func decodeBlocks(ns string, resp *discovery.DeltaDiscoveryResponse) (blockUpdate, error) {
+	u := blockUpdate{set: make(map[string]heldBlock, len(resp.GetResources()))}
 	for _, r := range resp.GetResources() {
-		var arc fugev1.Arc
-		if err := unpack(r, ArcTypeURL, &arc); err != nil {
-			return arcUpdate{}, err
+		var blk fugev1.ArcBlock
+		if err := unpack(r, ArcBlockTypeURL, &blk); err != nil {
+			return blockUpdate{}, err
 		}
-		if arc.Namespace != ns {
-			return arcUpdate{}, fmt.Errorf("%w: arc %q of namespace %q", ErrBadResource, r.GetName(), arc.Namespace)
-		}
-		e, err := wire.EntryFrom(&arc)
+		es, err := wire.EntriesFromBlock(ns, &blk)
 		if err != nil {
-			return arcUpdate{}, fmt.Errorf("%w: arc %q: %w", ErrBadResource, r.GetName(), err)
+			return blockUpdate{}, fmt.Errorf("%w: block %q: %w", ErrBadResource, r.GetName(), err)
 		}
-		if want := wire.ArcName(ns, e.Range); r.GetName() != want {
-			return arcUpdate{}, fmt.Errorf("%w: arc %q holds range %v (name %q)", ErrBadResource, r.GetName(), e.Range, want)
+		if want := wire.BlockName(ns, blk.Block); r.GetName() != want {
+			return blockUpdate{}, fmt.Errorf("%w: block %q holds block %d (name %q)", ErrBadResource, r.GetName(), blk.Block, want)
+		}
+		for i := 1; i < len(es); i++ {
+			if prev, r2 := es[i-1].Range, es[i].Range; r2.Start != prev.End || r2.End <= prev.End {
+				return blockUpdate{}, fmt.Errorf("%w: block %q: arc %v does not follow %v", ErrBadResource, r.GetName(), r2, prev)
+			}
 		}
 		if _, dup := u.set[r.GetName()]; dup {
-			return arcUpdate{}, fmt.Errorf("%w: arc %q sent twice", ErrBadResource, r.GetName())
+			return blockUpdate{}, fmt.Errorf("%w: block %q sent twice", ErrBadResource, r.GetName())
 		}
-		u.set[r.GetName()] = heldArc{entry: e, version: r.GetVersion()}
+		u.set[r.GetName()] = heldBlock{entries: es, version: r.GetVersion()}
+	}
+	for _, name := range resp.GetRemovedResources() {
+		if isBlockName(ns, name) {
+			u.removed = append(u.removed, name)
+		}
 	}
 	return u, nil
+}
+
+// isBlockName reports whether name is BlockName(ns, b) for a block b.
+func isBlockName(ns, name string) bool {
+	rest, ok := strings.CutPrefix(name, ns+"/block/")
+	b, err := strconv.ParseUint(rest, 10, 32)
+	return ok && err == nil && b < wire.Blocks && wire.BlockName(ns, uint32(b)) == name
+}
+
+// blockNames lists the names of the blocks of namespace ns, by number.
+func blockNames(ns string) []string {
+	names := make([]string, wire.Blocks)
+	for b := range names {
+		names[b] = wire.BlockName(ns, uint32(b))
+	}
+	return names
+}
+
+// tableOf returns the arcs of the blocks held, in ring order, when the
+// table is complete: every block named in names (in block order) is held
+// and their arcs partition the circle.
+func tableOf(names []string, held map[string]heldBlock) ([]lease.Entry, error) {
+	n, missing := 0, 0
+	for _, name := range names {
+		h, ok := held[name]
+		if !ok {
+			missing++
+		}
+		n += len(h.entries)
+	}
+	switch {
+	case missing > 0:
+		return nil, fmt.Errorf("%d of %d blocks missing", missing, len(names))
+	case n == 0:
+		return nil, errors.New("no arcs")
+	}
+	es := make([]lease.Entry, 0, n)
+	for _, name := range names {
+		es = append(es, held[name].entries...)
+	}
+	// Arcs ascend by End within a block (decodeBlocks) and blocks by the
+	// top bits of End, so es ascends strictly by End: it partitions the
+	// circle when each arc starts where the one before it ends (one arc:
+	// the full circle).
+	for i, e := range es {
+		if prev := es[(i+n-1)%n].Range.End; e.Range.Start != prev {
+			return nil, fmt.Errorf("arc %v does not start where the arc before it ends (%x)", e.Range, prev)
+		}
+	}
+	return es, nil
 }
 
 // checkHeartbeats checks a Heartbeat response for namespace ns.

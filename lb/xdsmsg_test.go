@@ -2,6 +2,7 @@ package lb
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -10,9 +11,10 @@ import (
 
 	"github.com/fuge-project/fuge/api/fugev1"
 	"github.com/fuge-project/fuge/api/wire"
+	"github.com/fuge-project/fuge/lease"
 )
 
-func arcResource(t testing.TB, name string, m proto.Message, typeURL string) *discovery.Resource {
+func packed(t testing.TB, name string, m proto.Message, typeURL string) *discovery.Resource {
 	b, err := proto.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
@@ -20,55 +22,154 @@ func arcResource(t testing.TB, name string, m proto.Message, typeURL string) *di
 	return &discovery.Resource{Name: name, Version: "v", Resource: &anypb.Any{TypeUrl: typeURL, Value: b}}
 }
 
-func TestDecodeArcs(t *testing.T) {
-	good := ent(q, 2*q, "b", 2)
-	name := wire.ArcName(ns, good.Range)
+// blockRes is block b of ns holding es, packed as an ArcBlock resource
+// named for it.
+func blockRes(t testing.TB, ns string, b uint32, es ...lease.Entry) *discovery.Resource {
+	return packed(t, wire.BlockName(ns, b), wire.ArcBlock(ns, b, es), ArcBlockTypeURL)
+}
+
+func TestDecodeBlocks(t *testing.T) {
+	const b = 32 // quarters[1] = (q, 2q] ends in block 32
+	good := quarters[1]
+	name := wire.BlockName(ns, b)
+	lo := good.Range.End // the block's first position: (q, lo] is good
+	mid, hi := lo+1000, lo+5000
+	withArc := func(a *fugev1.Arc) *discovery.Resource {
+		return packed(t, name, &fugev1.ArcBlock{Namespace: ns, Block: b, Arcs: []*fugev1.Arc{a}}, ArcBlockTypeURL)
+	}
 	tests := []struct {
 		name string
 		res  *discovery.Resource
-		ok   bool
+		want []lease.Entry // nil: the response is refused
 	}{
-		{"good", arcResource(t, name, wire.Arc(ns, good), ArcTypeURL), true},
-		{"free arc", arcResource(t, name, wire.Arc(ns, ent(q, 2*q, "", 3)), ArcTypeURL), true},
-		{"no body", &discovery.Resource{Name: name}, false},
-		{"wrong type", arcResource(t, name, wire.Arc(ns, good), HeartbeatTypeURL), false},
-		{"other namespace", arcResource(t, wire.ArcName("x", good.Range), wire.Arc("x", good), ArcTypeURL), false},
-		{"name mismatch", arcResource(t, wire.ArcName(ns, rg(0, q)), wire.Arc(ns, good), ArcTypeURL), false},
-		{"owner without address", arcResource(t, name, &fugev1.Arc{Namespace: ns, Range: wire.Range(good.Range), Owner: "b", Gen: 2}, ArcTypeURL), false},
-		{"no range", arcResource(t, name, &fugev1.Arc{Namespace: ns, Gen: 2}, ArcTypeURL), false},
-		{"garbage", &discovery.Resource{Name: name, Resource: &anypb.Any{TypeUrl: ArcTypeURL, Value: []byte{0xff, 0xff}}}, false},
+		{"good", blockRes(t, ns, b, good), []lease.Entry{good}},
+		{"empty block", blockRes(t, ns, b), []lease.Entry{}},
+		{"free arc", blockRes(t, ns, b, ent(q, 2*q, "", 3)), []lease.Entry{ent(q, 2*q, "", 3)}},
+		{"arcs in ring order", blockRes(t, ns, b, ent(q, lo, "a", 1), ent(lo, mid, "", 2), ent(mid, hi, "c", 3)),
+			[]lease.Entry{ent(q, lo, "a", 1), ent(lo, mid, "", 2), ent(mid, hi, "c", 3)}},
+		{"no body", &discovery.Resource{Name: name}, nil},
+		{"wrong type", packed(t, name, wire.ArcBlock(ns, b, []lease.Entry{good}), HeartbeatTypeURL), nil},
+		{"an Arc", packed(t, name, wire.Arc(ns, good), "type.googleapis.com/fuge.v1.Arc"), nil},
+		{"garbage", &discovery.Resource{Name: name, Resource: &anypb.Any{TypeUrl: ArcBlockTypeURL, Value: []byte{0xff, 0xff}}}, nil},
+		{"other namespace", blockRes(t, "x", b, good), nil},
+		{"other namespace, our name", packed(t, name, wire.ArcBlock("x", b, []lease.Entry{good}), ArcBlockTypeURL), nil},
+		{"name of another block", packed(t, wire.BlockName(ns, b+1), wire.ArcBlock(ns, b, []lease.Entry{good}), ArcBlockTypeURL), nil},
+		{"name not a block's", packed(t, wire.ArcName(ns, good.Range), wire.ArcBlock(ns, b, []lease.Entry{good}), ArcBlockTypeURL), nil},
+		{"block out of range", packed(t, wire.BlockName(ns, wire.Blocks), &fugev1.ArcBlock{Namespace: ns, Block: wire.Blocks}, ArcBlockTypeURL), nil},
+		{"arc ending in another block", blockRes(t, ns, b, quarters[2]), nil},
+		{"owner without address", withArc(&fugev1.Arc{Namespace: ns, Range: wire.Range(good.Range), Owner: "b", Gen: 2}), nil},
+		{"no range", withArc(&fugev1.Arc{Namespace: ns, Gen: 2}), nil},
+		{"arcs out of order", blockRes(t, ns, b, ent(lo, mid, "c", 3), ent(q, lo, "a", 1)), nil},
+		{"gap between arcs", blockRes(t, ns, b, ent(q, lo, "a", 1), ent(mid, hi, "c", 3)), nil},
+		{"overlapping arcs", blockRes(t, ns, b, ent(q, mid, "a", 1), ent(lo, hi, "c", 3)), nil},
+		{"the same arc twice", blockRes(t, ns, b, good, good), nil},
 	}
 	for _, tt := range tests {
-		u, err := decodeArcs(ns, &discovery.DeltaDiscoveryResponse{TypeUrl: ArcTypeURL, Resources: []*discovery.Resource{tt.res}})
-		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrBadResource)) {
-			t.Errorf("%s: err = %v, want ok=%v", tt.name, err, tt.ok)
+		u, err := decodeBlocks(ns, &discovery.DeltaDiscoveryResponse{TypeUrl: ArcBlockTypeURL, Resources: []*discovery.Resource{tt.res}})
+		if (err == nil) != (tt.want != nil) || (err != nil && !errors.Is(err, ErrBadResource)) {
+			t.Errorf("%s: err = %v, want ok=%v", tt.name, err, tt.want != nil)
 			continue
 		}
-		if tt.ok && (len(u.set) != 1 || u.set[tt.res.Name].version != "v") {
-			t.Errorf("%s: decoded %v", tt.name, u.set)
+		if err != nil {
+			continue
+		}
+		if h, ok := u.set[tt.res.Name]; len(u.set) != 1 || !ok || h.version != "v" || !slices.Equal(h.entries, tt.want) {
+			t.Errorf("%s: decoded %v, want %v at version v", tt.name, u.set, tt.want)
 		}
 	}
-	dup := arcResource(t, name, wire.Arc(ns, good), ArcTypeURL)
-	if _, err := decodeArcs(ns, &discovery.DeltaDiscoveryResponse{Resources: []*discovery.Resource{dup, dup}}); err == nil {
-		t.Error("a resource sent twice decoded")
+
+	// One bad block refuses the whole response, and so does a block sent
+	// twice.
+	resp := &discovery.DeltaDiscoveryResponse{Resources: []*discovery.Resource{blockRes(t, ns, b, good), blockRes(t, ns, 0, quarters[0])}}
+	if _, err := decodeBlocks(ns, resp); err == nil {
+		t.Error("a response with a bad block decoded")
 	}
-	hb := arcResource(t, HeartbeatName(ns), &fugev1.Heartbeat{Namespace: ns, Seq: 1}, HeartbeatTypeURL)
+	resp.Resources[1] = blockRes(t, ns, b, good)
+	if _, err := decodeBlocks(ns, resp); err == nil {
+		t.Error("a block sent twice decoded")
+	}
+
+	// Removed names are kept when they are our block names.
+	resp = &discovery.DeltaDiscoveryResponse{RemovedResources: []string{
+		wire.BlockName(ns, 0), wire.BlockName(ns, 63), wire.BlockName(ns, 64), "ns/block/01", "ns/block/-1",
+		wire.BlockName("x", 1), "ns/x", "ns/block/", wire.ArcName(ns, good.Range),
+	}}
+	u, err := decodeBlocks(ns, resp)
+	if want := []string{wire.BlockName(ns, 0), wire.BlockName(ns, 63)}; err != nil || !slices.Equal(u.removed, want) || len(u.set) != 0 {
+		t.Errorf("removed %v (%v), want %v", u.removed, err, want)
+	}
+
+	hb := packed(t, HeartbeatName(ns), &fugev1.Heartbeat{Namespace: ns, Seq: 1}, HeartbeatTypeURL)
 	if err := checkHeartbeats(ns, &discovery.DeltaDiscoveryResponse{Resources: []*discovery.Resource{hb}}); err != nil {
 		t.Errorf("heartbeat: %v", err)
 	}
-	hb = arcResource(t, HeartbeatName("x"), &fugev1.Heartbeat{Namespace: "x", Seq: 1}, HeartbeatTypeURL)
+	hb = packed(t, HeartbeatName("x"), &fugev1.Heartbeat{Namespace: "x", Seq: 1}, HeartbeatTypeURL)
 	if err := checkHeartbeats(ns, &discovery.DeltaDiscoveryResponse{Resources: []*discovery.Resource{hb}}); err == nil {
 		t.Error("another namespace's heartbeat passed")
 	}
 }
 
-// FuzzDecode decodes arbitrary responses: no panic, and what decodes is
-// named after its range and routable.
+func TestTableOf(t *testing.T) {
+	names := blockNames(ns)
+	if len(names) != wire.Blocks || names[0] != ns+"/block/0" || names[63] != ns+"/block/63" {
+		t.Fatalf("block names %v", names)
+	}
+	held := func(es ...lease.Entry) map[string]heldBlock {
+		m := make(map[string]heldBlock, wire.Blocks)
+		for b, blk := range tableBlocks(ns, es) {
+			m[wire.BlockName(ns, b)] = heldBlock{entries: mustEntries(t, blk), version: "1"}
+		}
+		return m
+	}
+	es, err := tableOf(names, held(quarters...))
+	if want := []lease.Entry{quarters[3], quarters[0], quarters[1], quarters[2]}; err != nil || !slices.Equal(es, want) {
+		t.Errorf("quarters: %v (%v), want %v", es, err, want)
+	}
+	full := ent(5, 5, "a", 1)
+	if es, err := tableOf(names, held(full)); err != nil || !slices.Equal(es, []lease.Entry{full}) {
+		t.Errorf("one full arc: %v (%v)", es, err)
+	}
+	for name, h := range map[string]map[string]heldBlock{
+		"no arcs":                held(),
+		"one arc, not full":      held(ent(5, 6, "a", 1)),
+		"a gap":                  held(quarters[0], quarters[1], quarters[3]),
+		"an overlap":             held(quarters[0], ent(q/2, 2*q, "b", 2), quarters[2], quarters[3]),
+		"a full arc and another": held(ent(q, q, "a", 1), ent(0, q/2, "b", 2)),
+	} {
+		if es, err := tableOf(names, h); err == nil {
+			t.Errorf("%s: complete table %v", name, es)
+		}
+	}
+	missing := held(quarters...)
+	delete(missing, wire.BlockName(ns, 5)) // an empty block, not yet held
+	if es, err := tableOf(names, missing); err == nil {
+		t.Errorf("a missing block: complete table %v", es)
+	}
+	missing[wire.BlockName(ns, 5)] = heldBlock{} // removed: held empty
+	if _, err := tableOf(names, missing); err != nil {
+		t.Errorf("a removed empty block: %v", err)
+	}
+}
+
+func mustEntries(t testing.TB, blk *fugev1.ArcBlock) []lease.Entry {
+	es, err := wire.EntriesFromBlock(ns, blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es
+}
+
+// FuzzDecode decodes arbitrary responses: no panic, and what decodes is a
+// block named for its number, holding valid arcs that end in it and follow
+// each other in ring order.
 func FuzzDecode(f *testing.F) {
-	for _, e := range quarters {
-		resp := &discovery.DeltaDiscoveryResponse{TypeUrl: ArcTypeURL, Nonce: "1", Resources: []*discovery.Resource{
-			arcResource(f, wire.ArcName(ns, e.Range), wire.Arc(ns, e), ArcTypeURL),
-		}, RemovedResources: []string{"ns/x"}}
+	seeds := [][]*discovery.Resource{
+		{blockRes(f, ns, 0, quarters[3]), blockRes(f, ns, 16, quarters[0])},
+		{blockRes(f, ns, 32, ent(q, 2*q, "a", 1), ent(2*q, 2*q+5, "", 2)), blockRes(f, ns, 7)},
+	}
+	for _, rs := range seeds {
+		resp := &discovery.DeltaDiscoveryResponse{TypeUrl: ArcBlockTypeURL, Nonce: "1", Resources: rs,
+			RemovedResources: []string{wire.BlockName(ns, 3), "ns/x"}}
 		b, err := proto.Marshal(resp)
 		if err != nil {
 			f.Fatal(err)
@@ -81,16 +182,29 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		_ = checkHeartbeats(ns, &resp)
-		u, err := decodeArcs(ns, &resp)
+		u, err := decodeBlocks(ns, &resp)
 		if err != nil {
 			return
 		}
 		for name, h := range u.set {
-			if name != wire.ArcName(ns, h.entry.Range) {
-				t.Fatalf("arc %q holds %v", name, h.entry.Range)
+			if !isBlockName(ns, name) {
+				t.Fatalf("block %q decoded", name)
 			}
-			if h.entry.Owner != "" && h.entry.Addr == "" {
-				t.Fatalf("arc %q held without an address", name)
+			for i, e := range h.entries {
+				if wire.BlockName(ns, wire.BlockOf(e.Range.End)) != name {
+					t.Fatalf("block %q holds %v", name, e.Range)
+				}
+				if e.Owner != "" && e.Addr == "" {
+					t.Fatalf("block %q holds %v without an address", name, e.Range)
+				}
+				if i > 0 && (e.Range.Start != h.entries[i-1].Range.End || e.Range.End <= h.entries[i-1].Range.End) {
+					t.Fatalf("block %q: %v follows %v", name, e.Range, h.entries[i-1].Range)
+				}
+			}
+		}
+		for _, name := range u.removed {
+			if !isBlockName(ns, name) {
+				t.Fatalf("removed %q kept", name)
 			}
 		}
 	})

@@ -1,17 +1,20 @@
 package lb
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	deltasrv "github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
@@ -20,25 +23,26 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/fuge-project/fuge/api/fugev1"
 	"github.com/fuge-project/fuge/api/wire"
 	"github.com/fuge-project/fuge/lease"
-	"github.com/fuge-project/fuge/ring"
 )
 
 // defaultTestTimeout bounds every wait in these tests.
 const defaultTestTimeout = 10 * time.Second
 
 // xdsServer is a stand-in for the manager's xds package: delta ADS from
-// go-control-plane over one LinearCache per type URL, resources named as
-// the xds package names them, and a gate that makes it a standby.
+// go-control-plane over a blockCache of the 64 ArcBlock resources, named
+// and versioned as the xds package names and versions them, and a
+// LinearCache of the heartbeat; and a gate that makes it a standby.
 type xdsServer struct {
-	t     *testing.T
-	ns    string
-	arcs  *cache.LinearCache
-	hbs   *cache.LinearCache
-	hbSeq uint64
+	t      *testing.T
+	ns     string
+	blocks *blockCache
+	hbs    *cache.LinearCache
+	hbSeq  uint64
 
 	mu      sync.Mutex
 	gen     int64 // incarnation: stream ids restart with each
@@ -62,16 +66,17 @@ type record struct {
 
 var _ deltasrv.Callbacks = (*xdsServer)(nil)
 
-// newXDSServer starts a server on 127.0.0.1 holding es and a heartbeat.
+// newXDSServer starts a server on 127.0.0.1 holding the table es (in 64
+// blocks, at LSN 1) and a heartbeat.
 func newXDSServer(t *testing.T, ns string, es ...lease.Entry) *xdsServer {
 	s := &xdsServer{
 		t: t, ns: ns,
-		arcs:    cache.NewLinearCache(ArcTypeURL),
+		blocks:  newBlockCache(),
 		hbs:     cache.NewLinearCache(HeartbeatTypeURL),
 		addr:    "127.0.0.1:0",
 		changed: make(chan struct{}),
 	}
-	s.setArcs(es...)
+	s.setTable(es...)
 	s.heartbeat()
 	s.start()
 	t.Cleanup(s.stop)
@@ -88,7 +93,7 @@ func (s *xdsServer) start() {
 	mux := &cache.MuxCache{
 		Classify:      func(r *cache.Request) string { return r.GetTypeUrl() },
 		ClassifyDelta: func(r *cache.DeltaRequest) string { return r.GetTypeUrl() },
-		Caches:        map[string]cache.Cache{ArcTypeURL: s.arcs, HeartbeatTypeURL: s.hbs},
+		Caches:        map[string]cache.Cache{ArcBlockTypeURL: s.blocks, HeartbeatTypeURL: s.hbs},
 	}
 	gs := grpc.NewServer()
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, ads{srv: deltasrv.NewServer(ctx, mux, s)})
@@ -126,25 +131,38 @@ func (a ads) DeltaAggregatedResources(st discovery.AggregatedDiscoveryService_De
 	return a.srv.DeltaStreamHandler(st, resource.AnyType)
 }
 
-// arcResources converts entries to named Arc resources.
-func (s *xdsServer) arcResources(es []lease.Entry) map[string]types.Resource {
-	m := make(map[string]types.Resource, len(es))
+// tableBlocks cuts the table es into the 64 blocks of namespace ns, each
+// holding the arcs that end in it in ring order.
+func tableBlocks(ns string, es []lease.Entry) map[uint32]*fugev1.ArcBlock {
+	byBlock := make([][]lease.Entry, wire.Blocks)
 	for _, e := range es {
-		m[wire.ArcName(s.ns, e.Range)] = wire.Arc(s.ns, e)
+		b := wire.BlockOf(e.Range.End)
+		byBlock[b] = append(byBlock[b], e)
 	}
-	return m
+	out := make(map[uint32]*fugev1.ArcBlock, wire.Blocks)
+	for b, bes := range byBlock {
+		slices.SortFunc(bes, func(x, y lease.Entry) int { return cmp.Compare(x.Range.End, y.Range.End) })
+		out[uint32(b)] = wire.ArcBlock(ns, uint32(b), bes)
+	}
+	return out
 }
 
-// setArcs replaces the lease table.
-func (s *xdsServer) setArcs(es ...lease.Entry) { s.arcs.SetResources(s.arcResources(es)) }
+// setTable makes es the lease table: the blocks that change are published
+// at the next LSN, in one push.
+func (s *xdsServer) setTable(es ...lease.Entry) { s.publish(tableBlocks(s.ns, es)) }
 
-// update sets arcs and deletes the arcs of the ranges in del, in one push.
-func (s *xdsServer) update(set []lease.Entry, del ...ring.Range) {
-	names := make([]string, len(del))
-	for i, r := range del {
-		names[i] = wire.ArcName(s.ns, r)
+// publish sets the blocks in set (those that differ from what is
+// published) and deletes the blocks del, in one push at the next LSN.
+func (s *xdsServer) publish(set map[uint32]*fugev1.ArcBlock, del ...uint32) {
+	named := make(map[string]*fugev1.ArcBlock, len(set))
+	for b, m := range set {
+		named[wire.BlockName(s.ns, b)] = m
 	}
-	if err := s.arcs.UpdateResources(s.arcResources(set), names); err != nil {
+	names := make([]string, len(del))
+	for i, b := range del {
+		names[i] = wire.BlockName(s.ns, b)
+	}
+	if err := s.blocks.publish(named, names); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -258,13 +276,18 @@ func (s *xdsServer) sent(typeURL string) int {
 }
 
 // waitAcked waits until at least n responses of type typeURL were sent on
-// the latest stream and each was answered (ACK or NACK). The Lookup answers
-// a response once it has dealt with it, so its effects are then visible.
+// the latest stream, opened since the server last started, and each was
+// answered (ACK or NACK). The Lookup answers a response once it has dealt
+// with it, so its effects are then visible.
 func (s *xdsServer) waitAcked(typeURL string, n int) {
 	s.t.Helper()
 	s.wait(fmt.Sprintf("%d %s responses answered", n, typeURL), func(log []record, _ int) bool {
 		sent, answered := map[string]bool{}, map[string]bool{}
-		for _, r := range lastStream(log) {
+		last := lastStream(log)
+		if len(last) == 0 || last[0].stream>>32 != s.gen { // called under s.mu
+			return false
+		}
+		for _, r := range last {
 			switch {
 			case r.resp != nil && r.resp.TypeUrl == typeURL:
 				sent[r.resp.Nonce] = true
@@ -280,3 +303,156 @@ func (s *xdsServer) waitAcked(typeURL string, n int) {
 		return len(sent) >= n
 	})
 }
+
+// blockCache is a delta-only go-control-plane cache of ArcBlock resources
+// versioned as the manager versions them, by the decimal LSN of each
+// block's last change (LinearCache versions delta resources by a hash of
+// their bytes). It serves wildcard subscriptions only. Each watch is
+// answered at most once, and the first request of a stream at once, even
+// with nothing to send, as the xds package does.
+type blockCache struct {
+	mu      sync.Mutex
+	lsn     uint64
+	res     map[string]publishedBlock
+	watches map[uint64]blockWatch
+	nextID  uint64
+}
+
+type publishedBlock struct {
+	msg *fugev1.ArcBlock
+	res *discovery.Resource
+}
+
+type blockWatch struct {
+	req *cache.DeltaRequest
+	sub cache.Subscription
+	out chan cache.DeltaResponse
+}
+
+var _ cache.Cache = (*blockCache)(nil)
+
+func newBlockCache() *blockCache {
+	return &blockCache{res: map[string]publishedBlock{}, watches: map[uint64]blockWatch{}}
+}
+
+// publish moves to the next LSN, sets the blocks of set that differ from
+// those published, at that LSN, deletes the blocks named in del, and
+// answers the watches now out of date.
+func (c *blockCache) publish(set map[string]*fugev1.ArcBlock, del []string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lsn++
+	version := strconv.FormatUint(c.lsn, 10)
+	for name, m := range set {
+		if old, ok := c.res[name]; ok && proto.Equal(old.msg, m) {
+			continue
+		}
+		a, err := anypb.New(m)
+		if err != nil {
+			return err
+		}
+		c.res[name] = publishedBlock{msg: m, res: &discovery.Resource{Name: name, Version: version, Resource: a}}
+	}
+	for _, name := range del {
+		delete(c.res, name)
+	}
+	for id, w := range c.watches {
+		if w.answer(c, false) {
+			delete(c.watches, id)
+		}
+	}
+	return nil
+}
+
+func (c *blockCache) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, out chan cache.DeltaResponse) (func(), error) {
+	if req.GetTypeUrl() != ArcBlockTypeURL || !sub.IsWildcard() {
+		return nil, fmt.Errorf("test server: only wildcard %s subscriptions, not %q", ArcBlockTypeURL, req.GetTypeUrl())
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := blockWatch{req: req, sub: sub, out: out}
+	if w.answer(c, req.GetResponseNonce() == "") {
+		return nil, nil
+	}
+	c.nextID++
+	id := c.nextID
+	c.watches[id] = w
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.watches, id)
+	}, nil
+}
+
+func (c *blockCache) CreateWatch(*cache.Request, cache.Subscription, chan cache.Response) (func(), error) {
+	return nil, errors.New("test server: no state-of-the-world")
+}
+
+func (c *blockCache) Fetch(context.Context, *cache.Request) (cache.Response, error) {
+	return nil, errors.New("test server: no fetch")
+}
+
+// answer sends the blocks the subscription lacks or holds at another
+// version and the names of those it holds that are gone, if there are any
+// or force is set, and reports whether it did. Called with c.mu held; the
+// server's channel has room (one watch per type at a time).
+func (w blockWatch) answer(c *blockCache, force bool) bool {
+	known := w.sub.ReturnedResources()
+	var changed, removed []string
+	for name, p := range c.res {
+		if v, ok := known[name]; !ok || v != p.res.Version {
+			changed = append(changed, name)
+		}
+	}
+	for name := range known {
+		if _, ok := c.res[name]; !ok {
+			removed = append(removed, name)
+		}
+	}
+	if !force && len(changed) == 0 && len(removed) == 0 {
+		return false
+	}
+	slices.Sort(changed)
+	slices.Sort(removed)
+	out := &blockResponse{
+		req: w.req,
+		resp: &discovery.DeltaDiscoveryResponse{
+			SystemVersionInfo: strconv.FormatUint(c.lsn, 10),
+			TypeUrl:           ArcBlockTypeURL,
+			RemovedResources:  removed,
+		},
+		returned: maps.Clone(known),
+	}
+	if out.returned == nil {
+		out.returned = map[string]string{}
+	}
+	for _, name := range changed {
+		r := c.res[name].res
+		out.resp.Resources = append(out.resp.Resources, r)
+		out.returned[name] = r.Version
+	}
+	for _, name := range removed {
+		delete(out.returned, name)
+	}
+	w.out <- out
+	return true
+}
+
+// blockResponse is a delta response built by a blockCache for one watch.
+type blockResponse struct {
+	req      *cache.DeltaRequest
+	resp     *discovery.DeltaDiscoveryResponse
+	returned map[string]string
+}
+
+var _ cache.DeltaResponse = (*blockResponse)(nil)
+
+func (r *blockResponse) GetDeltaDiscoveryResponse() (*discovery.DeltaDiscoveryResponse, error) {
+	return r.resp, nil
+}
+func (r *blockResponse) GetDeltaRequest() *discovery.DeltaDiscoveryRequest { return r.req }
+func (r *blockResponse) GetSystemVersion() (string, error)                 { return r.resp.SystemVersionInfo, nil }
+func (r *blockResponse) GetResponseVersion() string                        { return r.resp.SystemVersionInfo }
+func (r *blockResponse) GetNextVersionMap() map[string]string              { return r.returned }
+func (r *blockResponse) GetReturnedResources() map[string]string           { return r.returned }
+func (r *blockResponse) GetContext() context.Context                       { return context.Background() }

@@ -15,8 +15,11 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-// resource is one published resource, packed once and shared read-only by
-// every response that carries it.
+// resource is one published resource at one version, marshaled once into
+// an Any when it is published and shared read-only by every response of
+// every stream that carries it: a stream holds pointers to it until its
+// response is sent, never a copy of its bytes. gRPC encodes the response
+// for each send into a buffer it frees once written.
 type resource struct {
 	version string
 	any     *anypb.Any
@@ -33,8 +36,8 @@ func newResource(name, version string, m proto.Message) (*resource, error) {
 
 // typeCache holds the resources of one type in one namespace. It is
 // go-control-plane's LinearCache with two differences that the lease table
-// needs: each resource carries the version its publisher chose (an arc's
-// generation), where LinearCache versions delta resources by a hash of their
+// needs: each resource carries the version its publisher chose (a block's
+// LSN), where LinearCache versions delta resources by a hash of their
 // bytes; and state-of-the-world responses always carry every resource in the
 // subscription's scope, so that a SotW client sees removals, where
 // LinearCache sends only the changed resources of types other than

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/fuge-project/fuge/api/wire"
 	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/ring"
 	"github.com/fuge-project/fuge/xds"
@@ -22,14 +23,27 @@ func Example() {
 	table.Register(s)
 
 	// What the manager calls as raft applies changes, and on the leader
-	// every heartbeat interval.
+	// every heartbeat interval. The first view is published at once, as 64
+	// blocks at version "1": the free arc (2^63,0] in block 0, a's arc
+	// (0,2^63] in block 32, the other 62 blocks empty.
 	table.NamespaceView("orders", []lease.Entry{
 		{Range: ring.Range{Start: 1 << 63, End: 0}, Gen: 1},
 		{Range: ring.Range{Start: 0, End: 1 << 63}, Owner: "a", Addr: "10.0.0.1:8080", Gen: 2},
 	}, 1)
+	fmt.Println(xds.ArcBlockTypeURL, wire.BlockName("orders", wire.BlockOf(1<<63)))
+
+	// A view that follows within xds.FlushInterval is kept until the
+	// interval has passed, or until the next heartbeat, which publishes it
+	// first (only block 32 changes, at version "2").
+	table.NamespaceView("orders", []lease.Entry{
+		{Range: ring.Range{Start: 1 << 63, End: 0}, Gen: 1},
+		{Range: ring.Range{Start: 0, End: 1 << 63}, Owner: "b", Addr: "10.0.0.2:8080", Gen: 3},
+	}, 2)
 	table.Heartbeat("orders")
-	table.NamespaceView("orders", []lease.Entry{{Range: ring.Full()}}, 2) // generation 0: refused
+	table.NamespaceView("orders", []lease.Entry{{Range: ring.Full()}}, 3) // generation 0: refused
 
 	fmt.Printf("%+v\n", table.Stats())
-	// Output: {Namespaces:1 Streams:0 Refused:0 Pushes:0 NACKs:0 BadViews:1}
+	// Output:
+	// type.googleapis.com/fuge.v1.ArcBlock orders/block/32
+	// {Namespaces:1 Streams:0 Refused:0 Pushes:0 NACKs:0 BadViews:1 Views:2 Flushes:2}
 }

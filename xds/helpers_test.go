@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"maps"
@@ -17,7 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fuge-project/fuge/api/fugev1"
@@ -40,7 +41,7 @@ func arcEntry(start, end uint64, owner string, gen lease.Gen) lease.Entry {
 }
 
 // fourArcs is a view of four quarters: (3q,0] a, (0,q] b, (q,2q] free,
-// (2q,3q] c.
+// (2q,3q] c. Their ends lie in blocks 0, 16, 32 and 48.
 func fourArcs() []lease.Entry {
 	return []lease.Entry{
 		arcEntry(3*q, 0, "a", 1),
@@ -48,6 +49,83 @@ func fourArcs() []lease.Entry {
 		arcEntry(q, 2*q, "", 3),
 		arcEntry(2*q, 3*q, "c", 4),
 	}
+}
+
+// evenArcs is a view of n equal arcs (n a power of two), arc i being
+// (i*2^64/n, (i+1)*2^64/n] held by owner "o<i>" at generation i+1.
+func evenArcs(n int) []lease.Entry {
+	step := uint64(1) << 63 / uint64(n) * 2
+	out := make([]lease.Entry, n)
+	for i := range out {
+		out[i] = arcEntry(uint64(i)*step, uint64(i+1)*step, "o"+strconv.Itoa(i), lease.Gen(i+1))
+	}
+	return out
+}
+
+// fakeClock is a clock that moves only when told to. Its timers fire,
+// synchronously, in Advance.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	at   time.Time
+	f    func()
+	done bool // fired or stopped
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tm := &fakeTimer{at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, tm)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		was := !tm.done
+		tm.done = true
+		return was
+	}
+}
+
+// Advance moves the clock and runs the timers that are due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due []func()
+	for _, tm := range c.timers {
+		if !tm.done && !tm.at.After(c.now) {
+			tm.done = true
+			due = append(due, tm.f)
+		}
+	}
+	c.mu.Unlock()
+	for _, f := range due {
+		f()
+	}
+}
+
+// Armed counts the timers that have neither fired nor been stopped.
+func (c *fakeClock) Armed() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, tm := range c.timers {
+		if !tm.done {
+			n++
+		}
+	}
+	return n
 }
 
 // testWriter sends logs to t.Log until the test ends.
@@ -70,10 +148,16 @@ func (w *testWriter) Write(p []byte) (int, error) {
 // a client connection.
 func newTestServer(t *testing.T, cfg LeaseTableConfig) (*LeaseTable, *grpc.ClientConn) {
 	t.Helper()
+	return newTestServerClock(t, cfg, realClock{})
+}
+
+// newTestServerClock is newTestServer with the table's clock set.
+func newTestServerClock(t *testing.T, cfg LeaseTableConfig, clk clock) (*LeaseTable, *grpc.ClientConn) {
+	t.Helper()
 	w := &testWriter{t: t}
 	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
 	cfg.Logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	lt := NewLeaseTable(cfg)
+	lt := newLeaseTable(cfg, clk)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -199,70 +283,155 @@ func (c *sotwClient) recvErr() codes.Code {
 	return status.Code(err)
 }
 
-// wantDelta checks that a delta response sets exactly the arcs of want (at
-// versions equal to their generations) and removes exactly the ranges of
-// removed.
-func wantDelta(t *testing.T, resp *discovery.DeltaDiscoveryResponse, ns string, want []lease.Entry, removed []ring.Range) {
+// cut cuts a view into its 64 blocks, each in ring order, the way a lookup
+// expects them (the end's top 6 bits).
+func cut(view []lease.Entry) [wire.Blocks][]lease.Entry {
+	var out [wire.Blocks][]lease.Entry
+	for _, e := range view {
+		b := e.Range.End >> 58
+		out[b] = append(out[b], e)
+	}
+	for _, es := range out {
+		slices.SortFunc(es, func(a, b lease.Entry) int { return cmp.Compare(a.Range.End, b.Range.End) })
+	}
+	return out
+}
+
+// decodeBlock checks one block resource of ns and returns its number and
+// arcs.
+func decodeBlock(t *testing.T, ns, name string, a *anypb.Any) (uint32, []lease.Entry) {
 	t.Helper()
-	if resp.TypeUrl != ArcTypeURL {
-		t.Fatalf("type %q, want %q", resp.TypeUrl, ArcTypeURL)
+	var blk fugev1.ArcBlock
+	if err := a.UnmarshalTo(&blk); err != nil {
+		t.Fatalf("resource %s: %v", name, err)
 	}
-	got := map[string]lease.Entry{}
+	es, err := wire.EntriesFromBlock(ns, &blk)
+	if err != nil {
+		t.Fatalf("resource %s: %v", name, err)
+	}
+	if name != "" && name != wire.BlockName(ns, blk.Block) {
+		t.Errorf("resource %s holds block %d", name, blk.Block)
+	}
+	return blk.Block, es
+}
+
+// at lists blocks and the LSN each should be sent at.
+type at map[uint32]uint64
+
+// allAt is every block at one LSN.
+func allAt(lsn uint64) at {
+	out := at{}
+	for b := range uint32(wire.Blocks) {
+		out[b] = lsn
+	}
+	return out
+}
+
+// blockNames names blocks of ns.
+func blockNames(ns string, bs ...uint32) []string {
+	out := make([]string, len(bs))
+	for i, b := range bs {
+		out[i] = wire.BlockName(ns, b)
+	}
+	return out
+}
+
+// allBlockNames names the 64 blocks of ns.
+func allBlockNames(ns string) []string {
+	var out []string
+	for b := range uint32(wire.Blocks) {
+		out = append(out, wire.BlockName(ns, b))
+	}
+	return out
+}
+
+// wantDelta checks that a delta response sets exactly the blocks of want,
+// each at its LSN and holding the arcs of view that end in it, and removes
+// exactly the resources named in removed.
+func wantDelta(t *testing.T, resp *discovery.DeltaDiscoveryResponse, ns string, view []lease.Entry, want at, removed []string) {
+	t.Helper()
+	if resp.TypeUrl != ArcBlockTypeURL {
+		t.Fatalf("type %q, want %q", resp.TypeUrl, ArcBlockTypeURL)
+	}
+	blocks := cut(view)
+	got := at{}
 	for _, r := range resp.Resources {
-		var a fugev1.Arc
-		if err := r.Resource.UnmarshalTo(&a); err != nil {
-			t.Fatalf("resource %s: %v", r.Name, err)
+		b, es := decodeBlock(t, ns, r.Name, r.Resource)
+		if _, dup := got[b]; dup {
+			t.Errorf("block %d sent twice", b)
 		}
-		e, err := wire.EntryFrom(&a)
+		v, err := strconv.ParseUint(r.Version, 10, 64)
 		if err != nil {
-			t.Fatalf("resource %s: %v", r.Name, err)
+			t.Errorf("block %d version %q: %v", b, r.Version, err)
 		}
-		if a.Namespace != ns || r.Name != wire.ArcName(ns, e.Range) {
-			t.Errorf("resource %s holds an arc of %q at %v", r.Name, a.Namespace, e.Range)
+		got[b] = v
+		if !slices.Equal(es, blocks[b]) {
+			t.Errorf("block %d holds %v, want %v", b, es, blocks[b])
 		}
-		if r.Version != strconv.FormatUint(uint64(e.Gen), 10) {
-			t.Errorf("resource %s has version %q, generation %d", r.Name, r.Version, e.Gen)
-		}
-		got[r.Name] = e
 	}
-	wantSet := map[string]lease.Entry{}
-	for _, e := range want {
-		wantSet[wire.ArcName(ns, e.Range)] = e
-	}
-	if !maps.Equal(got, wantSet) {
-		t.Errorf("resources:\n got %v\nwant %v", got, wantSet)
-	}
-	var wantRemoved []string
-	for _, r := range removed {
-		wantRemoved = append(wantRemoved, wire.ArcName(ns, r))
+	if !maps.Equal(got, want) {
+		t.Errorf("blocks at versions:\n got %v\nwant %v", got, want)
 	}
 	gotRemoved := slices.Sorted(slices.Values(resp.RemovedResources))
-	slices.Sort(wantRemoved)
+	wantRemoved := slices.Sorted(slices.Values(removed))
 	if !slices.Equal(gotRemoved, wantRemoved) {
 		t.Errorf("removed %v, want %v", gotRemoved, wantRemoved)
 	}
 }
 
-// wantSotw checks that a SotW response is exactly the view.
+// wantSotw checks that a SotW response is the whole view: the 64 blocks,
+// each once, with version_info the LSN.
 func wantSotw(t *testing.T, resp *discovery.DiscoveryResponse, ns string, view []lease.Entry, version uint64) {
 	t.Helper()
-	if resp.TypeUrl != ArcTypeURL || resp.VersionInfo != strconv.FormatUint(version, 10) {
-		t.Errorf("type %q version %q, want %q %d", resp.TypeUrl, resp.VersionInfo, ArcTypeURL, version)
+	if resp.TypeUrl != ArcBlockTypeURL || resp.VersionInfo != strconv.FormatUint(version, 10) {
+		t.Errorf("type %q version %q, want %q %d", resp.TypeUrl, resp.VersionInfo, ArcBlockTypeURL, version)
 	}
-	var got []*fugev1.Arc
+	if len(resp.Resources) != wire.Blocks {
+		t.Fatalf("got %d blocks, want %d", len(resp.Resources), wire.Blocks)
+	}
+	blocks := cut(view)
+	seen := map[uint32]bool{}
 	for _, r := range resp.Resources {
-		var a fugev1.Arc
-		if err := r.UnmarshalTo(&a); err != nil {
-			t.Fatalf("resource: %v", err)
+		b, es := decodeBlock(t, ns, "", r)
+		if seen[b] {
+			t.Errorf("block %d sent twice", b)
 		}
-		got = append(got, &a)
-	}
-	if len(got) != len(view) {
-		t.Fatalf("got %d arcs, want %d: %v", len(got), len(view), got)
-	}
-	for _, e := range view {
-		if !slices.ContainsFunc(got, func(a *fugev1.Arc) bool { return proto.Equal(a, wire.Arc(ns, e)) }) {
-			t.Errorf("arc %v missing from %v", e, got)
+		seen[b] = true
+		if !slices.Equal(es, blocks[b]) {
+			t.Errorf("block %d holds %v, want %v", b, es, blocks[b])
 		}
 	}
+}
+
+// table is a delta client's copy of a namespace's blocks.
+type table struct {
+	blocks   [wire.Blocks][]lease.Entry
+	versions map[string]string
+}
+
+// apply applies a delta response to the table.
+func (tb *table) apply(t *testing.T, ns string, resp *discovery.DeltaDiscoveryResponse) {
+	t.Helper()
+	if tb.versions == nil {
+		tb.versions = map[string]string{}
+	}
+	for _, r := range resp.Resources {
+		b, es := decodeBlock(t, ns, r.Name, r.Resource)
+		tb.blocks[b] = es
+		tb.versions[r.Name] = r.Version
+	}
+	for _, name := range resp.RemovedResources {
+		delete(tb.versions, name)
+	}
+}
+
+// is reports whether the table holds exactly the view.
+func (tb *table) is(view []lease.Entry) bool {
+	want := cut(view)
+	for b := range want {
+		if !slices.Equal(tb.blocks[b], want[b]) {
+			return false
+		}
+	}
+	return len(tb.versions) == wire.Blocks
 }

@@ -53,7 +53,7 @@ func (m mux) route(node *core.Node, typeURL string, sub cache.Subscription) (*ty
 		return nil, err
 	}
 	sp := m.t.spaces[ns]
-	if sp == nil || sp.deleted && len(sub.ReturnedResources()) == 0 {
+	if sp == nil || !sp.live && len(sub.ReturnedResources()) == 0 {
 		return nil, status.Errorf(codes.NotFound, "%v: %q", ErrUnknownNamespace, ns)
 	}
 	c := sp.caches[typeURL]

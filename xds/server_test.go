@@ -13,13 +13,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fuge-project/fuge/api/fugev1"
 	"github.com/fuge-project/fuge/api/wire"
 	"github.com/fuge-project/fuge/lease"
-	"github.com/fuge-project/fuge/ring"
 )
 
 func testContext(t *testing.T) context.Context {
@@ -28,82 +26,127 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
-func TestDeltaArcs(t *testing.T) {
+// TestDeltaBlocks follows a delta client through changes. The clock is
+// advanced before each view, so every view is published at once.
+func TestDeltaBlocks(t *testing.T) {
 	ctx := testContext(t)
-	lt, conn := newTestServer(t, LeaseTableConfig{})
+	fc := newFakeClock()
+	lt, conn := newTestServerClock(t, LeaseTableConfig{}, fc)
+	publish := func(v []lease.Entry, lsn uint64) {
+		fc.Advance(FlushInterval)
+		lt.NamespaceView("ns", v, lsn)
+	}
 	v1 := fourArcs()
-	lt.NamespaceView("ns", v1, 1)
-	c := openDelta(ctx, t, conn, testNode("ns"), ArcTypeURL, nil)
-	wantDelta(t, c.recv(), "ns", v1, nil)
+	publish(v1, 1)
+	c := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
+	wantDelta(t, c.recv(), "ns", v1, allAt(1), nil) // the 64 blocks, 60 of them empty
 
-	// Two arcs change hands: exactly those two are pushed.
+	// Two arcs change hands: exactly their two blocks are pushed.
 	v2 := slices.Clone(v1)
 	v2[1] = arcEntry(0, q, "d", 5)
 	v2[2] = arcEntry(q, 2*q, "a", 6)
-	lt.NamespaceView("ns", v2, 2)
-	wantDelta(t, c.recv(), "ns", v2[1:3], nil)
+	publish(v2, 2)
+	wantDelta(t, c.recv(), "ns", v2, at{16: 2, 32: 2}, nil)
 
-	// (3q,0] and (0,q] merge; (2q,3q] splits in two.
+	// (3q,0] and (0,q] merge into (3q,q]: block 0 is left empty and block
+	// 16 changes; (2q,3q] splits at 2.5q, which ends in block 40.
 	v3 := []lease.Entry{
 		arcEntry(3*q, q, "a", 7),
 		v2[2],
 		arcEntry(2*q, 2*q+q/2, "c", 8),
 		arcEntry(2*q+q/2, 3*q, "e", 8),
 	}
-	lt.NamespaceView("ns", v3, 3)
-	wantDelta(t, c.recv(), "ns", []lease.Entry{v3[0], v3[2], v3[3]}, []ring.Range{v1[0].Range, v1[1].Range, v1[3].Range})
+	publish(v3, 3)
+	wantDelta(t, c.recv(), "ns", v3, at{0: 3, 16: 3, 40: 3, 48: 3}, nil)
 
 	// The same view again changes nothing: the next push is the next change.
-	lt.NamespaceView("ns", v3, 4)
+	publish(v3, 4)
 	v5 := slices.Clone(v3)
 	v5[1] = arcEntry(q, 2*q, "", 9)
-	lt.NamespaceView("ns", v5, 5)
-	wantDelta(t, c.recv(), "ns", v5[1:2], nil)
+	publish(v5, 5)
+	wantDelta(t, c.recv(), "ns", v5, at{32: 5}, nil)
 
-	if st := lt.Stats(); st.Streams != 1 || st.Pushes != 4 || st.Namespaces != 1 {
-		t.Errorf("stats %+v, want 1 stream, 4 pushes, 1 namespace", st)
+	if st := lt.Stats(); st.Streams != 1 || st.Pushes != 4 || st.Namespaces != 1 || st.Views != 5 || st.Flushes != 5 {
+		t.Errorf("stats %+v, want 1 stream, 4 pushes, 1 namespace, 5 views and flushes", st)
 	}
+}
+
+// TestOneArcOneBlock: with four arcs per block, a change to one arc, of its
+// owner or only of its address, resends exactly its block.
+func TestOneArcOneBlock(t *testing.T) {
+	ctx := testContext(t)
+	lt, conn := newTestServer(t, LeaseTableConfig{})
+	v1 := evenArcs(256)
+	lt.NamespaceView("ns", v1, 1)
+	c := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
+	wantDelta(t, c.recv(), "ns", v1, allAt(1), nil)
+
+	v2 := slices.Clone(v1)
+	v2[77] = arcEntry(v2[77].Range.Start, v2[77].Range.End, "moved", 900)
+	lt.NamespaceView("ns", v2, 2)
+	wantDelta(t, c.recv(), "ns", v2, at{wire.BlockOf(v2[77].Range.End): 2}, nil)
+
+	// A new address under the same generation (the manager promises it
+	// never does this) is still a change of the block.
+	v3 := slices.Clone(v2)
+	v3[5].Addr = "elsewhere:9090"
+	lt.NamespaceView("ns", v3, 3)
+	wantDelta(t, c.recv(), "ns", v3, at{wire.BlockOf(v3[5].Range.End): 3}, nil)
 }
 
 func TestDeltaReconnect(t *testing.T) {
 	ctx := testContext(t)
-	lt, conn := newTestServer(t, LeaseTableConfig{})
+	fc := newFakeClock()
+	lt, conn := newTestServerClock(t, LeaseTableConfig{}, fc)
+	publish := func(v []lease.Entry, lsn uint64) {
+		fc.Advance(FlushInterval)
+		lt.NamespaceView("ns", v, lsn)
+	}
 	node := testNode("ns")
 	v1 := fourArcs()
-	lt.NamespaceView("ns", v1, 1)
+	publish(v1, 1)
 	first, disconnect := context.WithCancel(ctx)
-	wantDelta(t, openDelta(first, t, conn, node, ArcTypeURL, nil).recv(), "ns", v1, nil)
+	var tb table
+	r := openDelta(first, t, conn, node, ArcBlockTypeURL, nil).recv()
+	wantDelta(t, r, "ns", v1, allAt(1), nil)
+	tb.apply(t, "ns", r)
 	disconnect()
 
-	// While the lookup is away, one arc changes hands.
+	// While the lookup is away, two arcs change hands, in blocks 48 and 0.
 	v2 := slices.Clone(v1)
 	v2[3] = arcEntry(2*q, 3*q, "d", 5)
-	lt.NamespaceView("ns", v2, 2)
-
-	// It reconnects with the generations it holds and receives that arc only.
-	known := map[string]string{}
-	for _, e := range v1 {
-		known[wire.ArcName("ns", e.Range)] = strconv.FormatUint(uint64(e.Gen), 10)
-	}
-	wantDelta(t, openDelta(ctx, t, conn, node, ArcTypeURL, known).recv(), "ns", v2[3:], nil)
-
-	// Up to date, a reconnecting lookup receives an empty response.
-	known[wire.ArcName("ns", v2[3].Range)] = "5"
-	upToDate := openDelta(ctx, t, conn, node, ArcTypeURL, known)
-	wantDelta(t, upToDate.recv(), "ns", nil, nil)
-
-	// One that holds a range that no longer exists is told to remove it.
-	stale := map[string]string{wire.ArcName("ns", ring.Range{Start: 3 * q, End: q}): "9"}
-	for name, v := range known {
-		stale[name] = v
-	}
-	wantDelta(t, openDelta(ctx, t, conn, node, ArcTypeURL, stale).recv(), "ns", nil, []ring.Range{{Start: 3 * q, End: q}})
-
-	// The up-to-date stream's next message is the next change, nothing else.
+	publish(v2, 2)
 	v3 := slices.Clone(v2)
 	v3[0] = arcEntry(3*q, 0, "b", 6)
-	lt.NamespaceView("ns", v3, 3)
-	wantDelta(t, upToDate.recv(), "ns", v3[:1], nil)
+	publish(v3, 3)
+
+	// It reconnects with the 64 block versions it holds and receives those
+	// two blocks only.
+	r = openDelta(ctx, t, conn, node, ArcBlockTypeURL, tb.versions).recv()
+	wantDelta(t, r, "ns", v3, at{0: 3, 48: 2}, nil)
+	tb.apply(t, "ns", r)
+	if !tb.is(v3) {
+		t.Fatalf("after reconnecting the client holds %v, want %v", tb.blocks, cut(v3))
+	}
+
+	// Up to date, a reconnecting lookup receives an empty response.
+	upToDate := openDelta(ctx, t, conn, node, ArcBlockTypeURL, tb.versions)
+	wantDelta(t, upToDate.recv(), "ns", v3, at{}, nil)
+
+	// One that holds resources that are not served (a block out of range,
+	// an arc of the former one-resource-per-arc model) is told to remove
+	// them.
+	stale := map[string]string{"ns/block/64": "1", wire.ArcName("ns", v1[0].Range): "1"}
+	for name, v := range tb.versions {
+		stale[name] = v
+	}
+	wantDelta(t, openDelta(ctx, t, conn, node, ArcBlockTypeURL, stale).recv(), "ns", v3, at{}, []string{"ns/block/64", wire.ArcName("ns", v1[0].Range)})
+
+	// The up-to-date stream's next message is the next change, nothing else.
+	v4 := slices.Clone(v3)
+	v4[1] = arcEntry(0, q, "e", 7)
+	publish(v4, 4)
+	wantDelta(t, upToDate.recv(), "ns", v4, at{16: 4}, nil)
 }
 
 func TestSotw(t *testing.T) {
@@ -111,7 +154,7 @@ func TestSotw(t *testing.T) {
 	lt, conn := newTestServer(t, LeaseTableConfig{})
 	v1 := fourArcs()
 	lt.NamespaceView("ns", v1, 1)
-	c := openSotw(ctx, t, conn, testNode("ns"), ArcTypeURL)
+	c := openSotw(ctx, t, conn, testNode("ns"), ArcBlockTypeURL)
 	wantSotw(t, c.recv(), "ns", v1, 1)
 
 	v2 := slices.Clone(v1)
@@ -132,15 +175,18 @@ func TestHeartbeat(t *testing.T) {
 	v1 := fourArcs()
 	lt.NamespaceView("ns", v1, 1)
 
-	// One ADS stream subscribes to arcs and heartbeats.
-	c := openDelta(ctx, t, conn, testNode("ns"), ArcTypeURL, nil)
+	// One ADS stream subscribes to blocks and heartbeats.
+	c := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: HeartbeatTypeURL})
 	byType := map[string]*discovery.DeltaDiscoveryResponse{}
 	for range 2 {
 		r := c.recv()
 		byType[r.TypeUrl] = r
 	}
-	wantDelta(t, byType[ArcTypeURL], "ns", v1, nil)
+	if r := byType[ArcBlockTypeURL]; r == nil {
+		t.Fatal("no blocks")
+	}
+	wantDelta(t, byType[ArcBlockTypeURL], "ns", v1, allAt(1), nil)
 	if r := byType[HeartbeatTypeURL]; r == nil || len(r.Resources) != 0 {
 		t.Fatalf("first heartbeat response %v, want an empty one", r)
 	}
@@ -181,20 +227,20 @@ func TestNamespacesIsolated(t *testing.T) {
 	vb := []lease.Entry{arcEntry(5, 5, "z", 1)}
 	lt.NamespaceView("a", va, 1)
 	lt.NamespaceView("b", vb, 1)
-	ca := openDelta(ctx, t, conn, testNode("a"), ArcTypeURL, nil)
-	cb := openDelta(ctx, t, conn, &core.Node{Id: "lookup-2", Cluster: "b"}, ArcTypeURL, nil) // cluster fallback
-	wantDelta(t, ca.recv(), "a", va, nil)
-	wantDelta(t, cb.recv(), "b", vb, nil)
+	ca := openDelta(ctx, t, conn, testNode("a"), ArcBlockTypeURL, nil)
+	cb := openDelta(ctx, t, conn, &core.Node{Id: "lookup-2", Cluster: "b"}, ArcBlockTypeURL, nil) // cluster fallback
+	wantDelta(t, ca.recv(), "a", va, allAt(1), nil)
+	wantDelta(t, cb.recv(), "b", vb, allAt(1), nil)
 
 	vb2 := []lease.Entry{arcEntry(5, 5, "y", 2)}
 	lt.NamespaceView("b", vb2, 2)
-	wantDelta(t, cb.recv(), "b", vb2, nil)
+	wantDelta(t, cb.recv(), "b", vb2, at{0: 2}, nil)
 
 	// a's next message is its own change: it heard nothing of b's.
 	va2 := slices.Clone(va)
 	va2[0] = arcEntry(3*q, 0, "y", 5)
 	lt.NamespaceView("a", va2, 2)
-	wantDelta(t, ca.recv(), "a", va2[:1], nil)
+	wantDelta(t, ca.recv(), "a", va2, at{0: 2}, nil)
 }
 
 func TestGate(t *testing.T) {
@@ -213,7 +259,7 @@ func TestGate(t *testing.T) {
 	}
 	// The server may refuse the stream before this request arrives: the
 	// send may see io.EOF, and the status comes with Recv.
-	_ = d.Send(&discovery.DeltaDiscoveryRequest{Node: testNode("ns"), TypeUrl: ArcTypeURL})
+	_ = d.Send(&discovery.DeltaDiscoveryRequest{Node: testNode("ns"), TypeUrl: ArcBlockTypeURL})
 	if _, err := d.Recv(); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("delta stream: %v, want FailedPrecondition", err)
 	}
@@ -225,7 +271,7 @@ func TestGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = s.Send(&discovery.DiscoveryRequest{Node: testNode("ns"), TypeUrl: ArcTypeURL})
+	_ = s.Send(&discovery.DiscoveryRequest{Node: testNode("ns"), TypeUrl: ArcBlockTypeURL})
 	if _, err := s.Recv(); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("SotW stream: %v, want FailedPrecondition", err)
 	}
@@ -243,21 +289,21 @@ func TestNACK(t *testing.T) {
 	lt, conn := newTestServer(t, LeaseTableConfig{})
 	v1 := fourArcs()
 	lt.NamespaceView("ns", v1, 1)
-	nack := &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "arc rejected"}
+	nack := &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "block rejected"}
 
-	d := openDelta(ctx, t, conn, testNode("ns"), ArcTypeURL, nil)
+	d := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
 	r := d.recvRaw()
-	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: ArcTypeURL, ResponseNonce: r.Nonce, ErrorDetail: nack})
-	s := openSotw(ctx, t, conn, testNode("ns"), ArcTypeURL)
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: ArcBlockTypeURL, ResponseNonce: r.Nonce, ErrorDetail: nack})
+	s := openSotw(ctx, t, conn, testNode("ns"), ArcBlockTypeURL)
 	sr := s.recvRaw()
-	s.send(&discovery.DiscoveryRequest{TypeUrl: ArcTypeURL, ResponseNonce: sr.Nonce, ErrorDetail: nack})
+	s.send(&discovery.DiscoveryRequest{TypeUrl: ArcBlockTypeURL, ResponseNonce: sr.Nonce, ErrorDetail: nack})
 
 	// A NACK brings nothing back: each stream's next message is the next
 	// change, and the server handled the NACK before sending it.
 	v2 := slices.Clone(v1)
 	v2[1] = arcEntry(0, q, "c", 5)
 	lt.NamespaceView("ns", v2, 2)
-	wantDelta(t, d.recv(), "ns", v2[1:2], nil)
+	wantDelta(t, d.recv(), "ns", v2, at{16: 2}, nil)
 	wantSotw(t, s.recv(), "ns", v2, 2)
 	if st := lt.Stats(); st.NACKs != 2 {
 		t.Errorf("stats %+v, want 2 NACKs", st)
@@ -270,19 +316,15 @@ func TestNamespaceDeleted(t *testing.T) {
 	v1 := fourArcs()
 	lt.NamespaceView("ns", v1, 1)
 	lt.NamespaceView("other", []lease.Entry{arcEntry(0, 0, "", 1)}, 1)
-	d := openDelta(ctx, t, conn, testNode("ns"), ArcTypeURL, nil)
-	wantDelta(t, d.recv(), "ns", v1, nil)
-	s := openSotw(ctx, t, conn, testNode("ns"), ArcTypeURL)
+	d := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
+	wantDelta(t, d.recv(), "ns", v1, allAt(1), nil)
+	s := openSotw(ctx, t, conn, testNode("ns"), ArcBlockTypeURL)
 	wantSotw(t, s.recv(), "ns", v1, 1)
 
 	lt.NamespaceDeleted("ns")
-	var all []ring.Range
-	for _, e := range v1 {
-		all = append(all, e.Range)
-	}
-	wantDelta(t, d.recv(), "ns", nil, all)
+	wantDelta(t, d.recv(), "ns", nil, at{}, allBlockNames("ns"))
 	if r := s.recv(); len(r.Resources) != 0 {
-		t.Errorf("SotW after deletion: %v, want no arcs", r)
+		t.Errorf("SotW after deletion: %v, want no blocks", r)
 	}
 	// Acknowledging, both streams learn the namespace is gone.
 	if code := d.recvErr(); code != codes.NotFound {
@@ -292,20 +334,20 @@ func TestNamespaceDeleted(t *testing.T) {
 		t.Errorf("SotW: %v, want NotFound", code)
 	}
 	lt.Heartbeat("ns") // does not bring it back
-	if code := openDelta(ctx, t, conn, testNode("ns"), ArcTypeURL, nil).recvErr(); code != codes.NotFound {
+	if code := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil).recvErr(); code != codes.NotFound {
 		t.Errorf("new stream: %v, want NotFound", code)
 	}
-	// A lookup reconnecting with arcs of the deleted namespace is told to
+	// A lookup reconnecting with blocks of the deleted namespace is told to
 	// remove them, then refused; one that names a namespace this node never
 	// heard of is refused at once and keeps its table.
-	known := map[string]string{wire.ArcName("ns", v1[0].Range): "1"}
-	c := openDelta(ctx, t, conn, testNode("ns"), ArcTypeURL, known)
-	wantDelta(t, c.recv(), "ns", nil, all[:1])
+	known := map[string]string{wire.BlockName("ns", 16): "1"}
+	c := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, known)
+	wantDelta(t, c.recv(), "ns", nil, at{}, blockNames("ns", 16))
 	if code := c.recvErr(); code != codes.NotFound {
 		t.Errorf("reconnected stream: %v, want NotFound", code)
 	}
-	known = map[string]string{wire.ArcName("never", v1[0].Range): "1"}
-	if code := openDelta(ctx, t, conn, testNode("never"), ArcTypeURL, known).recvErr(); code != codes.NotFound {
+	known = map[string]string{wire.BlockName("never", 16): "1"}
+	if code := openDelta(ctx, t, conn, testNode("never"), ArcBlockTypeURL, known).recvErr(); code != codes.NotFound {
 		t.Errorf("unknown namespace: %v, want NotFound", code)
 	}
 	lt.NamespaceDeleted("ns") // twice is harmless
@@ -313,9 +355,9 @@ func TestNamespaceDeleted(t *testing.T) {
 		t.Errorf("stats %+v, want 1 namespace", st)
 	}
 
-	// Created again, the namespace is served afresh.
+	// Created again, the namespace is served afresh, at once.
 	lt.NamespaceView("ns", v1, 9)
-	wantDelta(t, openDelta(ctx, t, conn, testNode("ns"), ArcTypeURL, nil).recv(), "ns", v1, nil)
+	wantDelta(t, openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil).recv(), "ns", v1, allAt(9), nil)
 }
 
 func TestRefusedRequests(t *testing.T) {
@@ -329,10 +371,11 @@ func TestRefusedRequests(t *testing.T) {
 		typeURL string
 		want    codes.Code
 	}{
-		{"unknown namespace", testNode("nope"), ArcTypeURL, codes.NotFound},
-		{"no namespace", &core.Node{Id: "x"}, ArcTypeURL, codes.InvalidArgument},
-		{"namespace not a string", badMeta, ArcTypeURL, codes.InvalidArgument},
+		{"unknown namespace", testNode("nope"), ArcBlockTypeURL, codes.NotFound},
+		{"no namespace", &core.Node{Id: "x"}, ArcBlockTypeURL, codes.InvalidArgument},
+		{"namespace not a string", badMeta, ArcBlockTypeURL, codes.InvalidArgument},
 		{"unknown type", testNode("ns"), "type.googleapis.com/envoy.config.listener.v3.Listener", codes.InvalidArgument},
+		{"per-arc type no longer served", testNode("ns"), "type.googleapis.com/fuge.v1.Arc", codes.InvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if code := openDelta(ctx, t, conn, tc.node, tc.typeURL, nil).recvErr(); code != tc.want {
@@ -350,42 +393,18 @@ func TestInvalidViewSkipped(t *testing.T) {
 	lt, conn := newTestServer(t, LeaseTableConfig{})
 	v1 := fourArcs()
 	lt.NamespaceView("ns", v1, 1)
-	c := openDelta(ctx, t, conn, testNode("ns"), ArcTypeURL, nil)
-	wantDelta(t, c.recv(), "ns", v1, nil)
+	c := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
+	wantDelta(t, c.recv(), "ns", v1, allAt(1), nil)
 
 	bad := slices.Clone(v1)
 	bad[1] = arcEntry(0, q+1, "x", 9) // overlaps (q,2q]
 	lt.NamespaceView("ns", bad, 2)
 	lt.NamespaceView("new", nil, 1)
-	if st := lt.Stats(); st.BadViews != 2 || st.Namespaces != 1 {
-		t.Errorf("stats %+v, want 2 bad views, 1 namespace", st)
+	if st := lt.Stats(); st.BadViews != 2 || st.Namespaces != 1 || st.Views != 1 {
+		t.Errorf("stats %+v, want 2 bad views, 1 view, 1 namespace", st)
 	}
 	v3 := slices.Clone(v1)
 	v3[2] = arcEntry(q, 2*q, "x", 10)
 	lt.NamespaceView("ns", v3, 3)
-	wantDelta(t, c.recv(), "ns", v3[2:3], nil)
-}
-
-// TestSameGenerationChange: should a view change an arc without changing
-// its generation, clients still hear of it, under a version that is not
-// the bare generation.
-func TestSameGenerationChange(t *testing.T) {
-	ctx := testContext(t)
-	lt, conn := newTestServer(t, LeaseTableConfig{})
-	v1 := fourArcs()
-	lt.NamespaceView("ns", v1, 1)
-	c := openDelta(ctx, t, conn, testNode("ns"), ArcTypeURL, nil)
-	wantDelta(t, c.recv(), "ns", v1, nil)
-
-	v2 := slices.Clone(v1)
-	v2[1].Addr = "moved:9090"
-	lt.NamespaceView("ns", v2, 2)
-	r := c.recv()
-	var a fugev1.Arc
-	if len(r.Resources) != 1 || r.Resources[0].Resource.UnmarshalTo(&a) != nil {
-		t.Fatalf("push %v, want one arc", r)
-	}
-	if !proto.Equal(&a, wire.Arc("ns", v2[1])) || r.Resources[0].Version != "2.1" {
-		t.Errorf("pushed %v@%s, want %v@2.1", &a, r.Resources[0].Version, v2[1])
-	}
+	wantDelta(t, c.recv(), "ns", v3, at{32: 3}, nil)
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
+	"unicode/utf8"
 
 	"github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
@@ -22,13 +24,18 @@ import (
 
 // Type URLs of the lease table's resources.
 const (
-	ArcTypeURL       = "type.googleapis.com/fuge.v1.Arc"
+	ArcBlockTypeURL  = "type.googleapis.com/fuge.v1.ArcBlock"
 	HeartbeatTypeURL = "type.googleapis.com/fuge.v1.Heartbeat"
 )
 
 // NamespaceMetadataKey is the node metadata field (a string) in which a
 // lookup names its namespace; node.cluster is the fallback.
 const NamespaceMetadataKey = "fuge.namespace"
+
+// FlushInterval is the least time between two applications of a
+// namespace's view to its caches: views that arrive faster are coalesced,
+// and only the latest is published. See the package documentation.
+const FlushInterval = 10 * time.Millisecond
 
 // HeartbeatName is the resource name of a namespace's heartbeat.
 func HeartbeatName(ns string) string { return ns + "/heartbeat" }
@@ -63,14 +70,17 @@ type Stats struct {
 	Pushes     uint64 // responses sent, SotW and delta
 	NACKs      uint64 // requests carrying an error_detail
 	BadViews   uint64 // views refused by validation
+	Views      uint64 // valid views received (NamespaceView calls)
+	Flushes    uint64 // views applied to the caches; the others were coalesced
 }
 
-// LeaseTable serves each namespace's lookup view over xDS: one
-// fuge.v1.Arc resource per arc and one fuge.v1.Heartbeat. It satisfies the
+// LeaseTable serves each namespace's lookup view over xDS: 64
+// fuge.v1.ArcBlock resources and one fuge.v1.Heartbeat. It satisfies the
 // manager's Observer interface. See the package documentation.
 type LeaseTable struct {
 	log   *slog.Logger
 	gate  func(context.Context) error
+	clock clock
 	sotw  sotw.Server
 	delta delta.Server
 
@@ -80,7 +90,7 @@ type LeaseTable struct {
 	smu     sync.Mutex
 	streams map[streamKey]struct{}
 
-	refused, pushes, nacks, badViews atomic.Uint64
+	refused, pushes, nacks, badViews, views, flushes atomic.Uint64
 }
 
 type streamKey struct {
@@ -88,29 +98,56 @@ type streamKey struct {
 	id    int64
 }
 
-// space is one namespace: its arcs as last published and a cache per
-// resource type, which the mux routes requests to. A deleted namespace
-// stays as an empty tombstone, so that a client whose acknowledgement
-// crossed the deletion still receives the removals (see mux.route).
-type space struct {
-	arcs    map[string]arc // by resource name
-	seq     uint64         // heartbeat sequence number
-	caches  map[string]*typeCache
-	deleted bool
+// clock is the time the coalescing of views is measured by; tests inject
+// their own.
+type clock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine after d and returns a
+	// function that stops the timer.
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
-// arc is a published arc and its resource version: the generation, or, if
-// a view ever changed an arc without changing its generation (the manager
-// promises it never does), the generation and a count of such changes, so
-// that clients still hear of it.
-type arc struct {
-	e       lease.Entry
-	bumps   uint64
-	version string
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+func (realClock) AfterFunc(d time.Duration, f func()) func() bool {
+	return time.AfterFunc(d, f).Stop
+}
+
+// space is one namespace: its blocks as last published, the view waiting
+// to be published, and a cache per resource type, which the mux routes
+// requests to. A deleted namespace stays as an empty tombstone, so that a
+// client whose acknowledgement crossed the deletion still receives the
+// removals (see mux.route).
+type space struct {
+	live   bool                       // it has a view and is not deleted
+	blocks [wire.Blocks][]lease.Entry // each block's arcs as last published, in ring order
+	lsn    uint64                     // the LSN of the last published view
+	seq    uint64                     // heartbeat sequence number
+	caches map[string]*typeCache
+
+	// Coalescing: when the view was last published, the latest view not
+	// yet published, and the timer that will publish it (stop is nil when
+	// none is armed; timer tells a stale timer's call from the armed one's).
+	flushed time.Time
+	pending *view
+	stop    func() bool
+	timer   uint64
+}
+
+// view is a namespace's view as NamespaceView receives it. The entries are
+// the manager's and are never modified.
+type view struct {
+	entries []lease.Entry
+	lsn     uint64
 }
 
 // NewLeaseTable returns an empty lease table.
 func NewLeaseTable(cfg LeaseTableConfig) *LeaseTable {
+	return newLeaseTable(cfg, realClock{})
+}
+
+func newLeaseTable(cfg LeaseTableConfig, clk clock) *LeaseTable {
 	lg := cfg.Logger
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
@@ -118,6 +155,7 @@ func NewLeaseTable(cfg LeaseTableConfig) *LeaseTable {
 	t := &LeaseTable{
 		log:     lg,
 		gate:    cfg.Gate,
+		clock:   clk,
 		spaces:  map[string]*space{},
 		streams: map[streamKey]struct{}{},
 	}
@@ -130,9 +168,17 @@ func NewLeaseTable(cfg LeaseTableConfig) *LeaseTable {
 
 // NamespaceView publishes a namespace's view: entries is the whole view
 // after a change, ranges partitioning the circle, Owner "" for a free
-// range; version is the change's LSN and becomes the SotW version_info.
-// Arcs that are new or changed are updated, arcs that are gone are
-// deleted. A view that fails validation is logged and skipped. It
+// range; version is the change's LSN. The view is cut into the 64 blocks,
+// and the blocks whose arcs changed are updated at that version, all in
+// one update; the LSN becomes the SotW version_info.
+//
+// Views are coalesced: a namespace's caches are updated at most once per
+// FlushInterval. A view that arrives at least FlushInterval after the last
+// update is applied at once; one that arrives sooner is kept, replacing
+// any view kept before, and applied when the interval has passed. The
+// first view of a namespace is always applied at once. Entries must not be
+// modified afterwards (the manager passes a copy). A view that fails
+// validation is logged, counted and skipped; it replaces no kept view. It
 // satisfies manager.Observer.
 func (t *LeaseTable) NamespaceView(ns string, entries []lease.Entry, version uint64) {
 	if err := ValidateView(ns, entries); err != nil {
@@ -140,77 +186,123 @@ func (t *LeaseTable) NamespaceView(ns string, entries []lease.Entry, version uin
 		t.log.Error("refusing namespace view", "ns", ns, "version", version, "err", err)
 		return
 	}
+	t.views.Add(1)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	sp := t.spaces[ns]
-	var old map[string]arc
-	if sp != nil && !sp.deleted {
-		old = sp.arcs
-	}
-	next := make(map[string]arc, len(entries))
-	set := map[string]*resource{}
-	for _, e := range entries {
-		name := wire.ArcName(ns, e.Range)
-		a := arc{e: e}
-		if o, ok := old[name]; ok {
-			if o.e == e {
-				next[name] = o
-				continue
-			}
-			if o.e.Gen == e.Gen {
-				a.bumps = o.bumps + 1
-				t.log.Warn("view changes an arc without changing its generation", "ns", ns, "arc", name, "gen", e.Gen)
-			}
-		}
-		a.version = strconv.FormatUint(uint64(e.Gen), 10)
-		if a.bumps > 0 {
-			a.version += "." + strconv.FormatUint(a.bumps, 10)
-		}
-		r, err := newResource(name, a.version, wire.Arc(ns, e))
-		if err != nil {
-			t.badViews.Add(1)
-			t.log.Error("refusing namespace view", "ns", ns, "version", version, "err", err)
-			return
-		}
-		next[name] = a
-		set[name] = r
-	}
-	var del []string
-	for name := range old {
-		if _, ok := next[name]; !ok {
-			del = append(del, name)
-		}
-	}
 	if sp == nil {
 		sp = &space{caches: map[string]*typeCache{
-			ArcTypeURL:       newTypeCache(ArcTypeURL),
+			ArcBlockTypeURL:  newTypeCache(ArcBlockTypeURL),
 			HeartbeatTypeURL: newTypeCache(HeartbeatTypeURL),
 		}}
 		t.spaces[ns] = sp
 	}
-	if old == nil {
-		sp.deleted = false
-		t.log.Info("serving namespace", "ns", ns, "arcs", len(entries), "version", version)
+	v := &view{entries: entries, lsn: version}
+	now := t.clock.Now()
+	if !sp.live || sp.stop == nil && now.Sub(sp.flushed) >= FlushInterval {
+		t.flushLocked(ns, sp, v)
+		return
 	}
-	sp.arcs = next
-	if len(set) > 0 || len(del) > 0 {
-		sp.caches[ArcTypeURL].update(strconv.FormatUint(version, 10), set, del)
+	sp.pending = v
+	if sp.stop == nil {
+		sp.timer++
+		armed := sp.timer
+		sp.stop = t.clock.AfterFunc(sp.flushed.Add(FlushInterval).Sub(now), func() { t.flushTimer(ns, sp, armed) })
+	}
+}
+
+// flushTimer publishes a namespace's kept view when its timer fires,
+// unless the timer was stopped or superseded meanwhile.
+func (t *LeaseTable) flushTimer(ns string, sp *space, armed uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if sp.stop == nil || sp.timer != armed {
+		return
+	}
+	sp.stop = nil
+	if sp.pending != nil {
+		t.flushLocked(ns, sp, sp.pending)
+	}
+}
+
+// cancelLocked forgets a namespace's kept view and stops its timer.
+func (sp *space) cancelLocked() {
+	sp.pending = nil
+	if sp.stop != nil {
+		sp.stop()
+		sp.stop = nil
+	}
+}
+
+// flushLocked publishes a view: it cuts it into blocks, compares each with
+// the block as last published and updates the changed ones in the cache,
+// at the view's LSN. The caller holds t.mu.
+func (t *LeaseTable) flushLocked(ns string, sp *space, v *view) {
+	sp.cancelLocked()
+	sp.flushed = t.clock.Now()
+	sorted := v.entries // read only: changed blocks are copied below
+	byEnd := func(a, b lease.Entry) int { return cmp.Compare(a.Range.End, b.Range.End) }
+	if !slices.IsSortedFunc(sorted, byEnd) {
+		sorted = slices.Clone(sorted)
+		slices.SortFunc(sorted, byEnd)
+	}
+	version := strconv.FormatUint(v.lsn, 10)
+	var next [wire.Blocks][]lease.Entry
+	set := map[string]*resource{}
+	lo := 0
+	for b := range uint32(wire.Blocks) {
+		hi := lo
+		for hi < len(sorted) && wire.BlockOf(sorted[hi].Range.End) == b {
+			hi++
+		}
+		es := sorted[lo:hi]
+		lo = hi
+		if sp.live && slices.Equal(sp.blocks[b], es) {
+			next[b] = sp.blocks[b]
+			continue
+		}
+		name := wire.BlockName(ns, b)
+		r, err := newResource(name, version, wire.ArcBlock(ns, b, es))
+		if err != nil {
+			t.badViews.Add(1)
+			t.log.Error("refusing namespace view", "ns", ns, "version", v.lsn, "err", err)
+			return
+		}
+		// A copy, so that an unchanged block does not keep a whole view's
+		// array alive.
+		next[b] = slices.Clip(slices.Clone(es))
+		set[name] = r
+	}
+	if !sp.live {
+		sp.live = true
+		t.log.Info("serving namespace", "ns", ns, "arcs", len(v.entries), "version", v.lsn)
+	} else if len(set) > 0 && v.lsn <= sp.lsn {
+		t.log.Warn("view changes blocks without advancing the LSN; clients holding them may not hear of it",
+			"ns", ns, "version", v.lsn, "last", sp.lsn)
+	}
+	t.flushes.Add(1)
+	sp.blocks = next
+	sp.lsn = v.lsn
+	if len(set) > 0 {
+		sp.caches[ArcBlockTypeURL].update(version, set, nil)
 	}
 }
 
 // NamespaceDeleted deletes every resource of a namespace, so subscribed
-// clients see the removals; once a client holds none, its next request,
-// and any new stream for the namespace, is refused with NOT_FOUND. It
-// satisfies manager.Observer.
+// clients see the removals, and forgets any view kept for later; once a
+// client holds none, its next request, and any new stream for the
+// namespace, is refused with NOT_FOUND. It satisfies manager.Observer.
 func (t *LeaseTable) NamespaceDeleted(ns string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	sp := t.spaces[ns]
-	if sp == nil || sp.deleted {
+	if sp == nil || !sp.live {
 		return
 	}
-	sp.deleted = true
-	sp.arcs = nil
+	sp.cancelLocked()
+	sp.live = false
+	sp.blocks = [wire.Blocks][]lease.Entry{}
+	sp.lsn = 0
 	sp.seq = 0
 	for _, c := range sp.caches {
 		c.clear("deleted")
@@ -220,16 +312,21 @@ func (t *LeaseTable) NamespaceDeleted(ns string) {
 
 // Heartbeat rewrites a namespace's heartbeat resource, named
 // HeartbeatName(ns), with the next sequence number, which is also its
-// version; every client subscribed to it receives a push. Sequence numbers
-// start at 1 in each process. A namespace without a view is ignored: a
-// heartbeat must not bring back a namespace that was just deleted.
+// version; every client subscribed to it receives a push. A view kept for
+// later is published first, so a client that hears the heartbeat has
+// been sent the namespace's latest view. Sequence numbers start at 1 in
+// each process. A namespace without a view is ignored: a heartbeat must
+// not bring back a namespace that was just deleted.
 func (t *LeaseTable) Heartbeat(ns string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	sp := t.spaces[ns]
-	if sp == nil || sp.deleted {
+	if sp == nil || !sp.live {
 		t.log.Debug("heartbeat for a namespace without a view", "ns", ns)
 		return
+	}
+	if sp.pending != nil {
+		t.flushLocked(ns, sp, sp.pending)
 	}
 	sp.seq++
 	v := strconv.FormatUint(sp.seq, 10)
@@ -247,7 +344,7 @@ func (t *LeaseTable) Stats() Stats {
 	n := 0
 	t.mu.RLock()
 	for _, sp := range t.spaces {
-		if !sp.deleted {
+		if sp.live {
 			n++
 		}
 	}
@@ -262,16 +359,18 @@ func (t *LeaseTable) Stats() Stats {
 		Pushes:     t.pushes.Load(),
 		NACKs:      t.nacks.Load(),
 		BadViews:   t.badViews.Load(),
+		Views:      t.views.Load(),
+		Flushes:    t.flushes.Load(),
 	}
 }
 
 // ValidateView checks a namespace's view before it is published: a
 // namespace name, at most ring.MaxRingSize entries whose ranges partition
 // the circle, and entries that are valid arcs (a nonzero generation, an
-// address for an owned range).
+// address for an owned range) with names protobuf can carry (UTF-8).
 func ValidateView(ns string, entries []lease.Entry) error {
-	if ns == "" {
-		return fmt.Errorf("%w: no namespace name", ErrInvalidView)
+	if ns == "" || !utf8.ValidString(ns) {
+		return fmt.Errorf("%w: namespace name %q", ErrInvalidView, ns)
 	}
 	n := len(entries)
 	if n == 0 || n > ring.MaxRingSize {
@@ -281,8 +380,14 @@ func ValidateView(ns string, entries []lease.Entry) error {
 		if e.Gen == 0 {
 			return fmt.Errorf("%w: %v has generation 0", ErrInvalidView, e.Range)
 		}
-		if _, err := wire.EntryFrom(wire.Arc(ns, e)); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidView, err)
+		if !utf8.ValidString(e.Owner) || !utf8.ValidString(e.Addr) {
+			return fmt.Errorf("%w: %v has an owner or address that is not UTF-8", ErrInvalidView, e.Range)
+		}
+		// wire.EntryFrom's rule, checked here without building the
+		// message: views of thousands of arcs come hundreds of times a
+		// second during a join storm.
+		if e.Owner != "" && e.Addr == "" {
+			return fmt.Errorf("%w: %v held by %q without an address", ErrInvalidView, e.Range, e.Owner)
 		}
 	}
 	if n == 1 {
@@ -291,16 +396,24 @@ func ValidateView(ns string, entries []lease.Entry) error {
 		}
 		return nil
 	}
-	s := slices.SortedFunc(slices.Values(entries), func(a, b lease.Entry) int { return cmp.Compare(a.Range.End, b.Range.End) })
-	for i, e := range s {
-		prev := s[(i+n-1)%n].Range
+	// The ranges alone, which hold no pointers, are cheaper to sort.
+	s := make([]ring.Range, n)
+	for i, e := range entries {
+		s[i] = e.Range
+	}
+	byEnd := func(a, b ring.Range) int { return cmp.Compare(a.End, b.End) }
+	if !slices.IsSortedFunc(s, byEnd) {
+		slices.SortFunc(s, byEnd)
+	}
+	for i, r := range s {
+		prev := s[(i+n-1)%n]
 		switch {
-		case e.Range.IsFull():
+		case r.IsFull():
 			return fmt.Errorf("%w: the whole circle among %d ranges", ErrInvalidView, n)
-		case i > 0 && e.Range.End == prev.End:
-			return fmt.Errorf("%w: two ranges end at %016x", ErrInvalidView, e.Range.End)
-		case e.Range.Start != prev.End:
-			return fmt.Errorf("%w: %v does not follow %v", ErrInvalidView, e.Range, prev)
+		case i > 0 && r.End == prev.End:
+			return fmt.Errorf("%w: two ranges end at %016x", ErrInvalidView, r.End)
+		case r.Start != prev.End:
+			return fmt.Errorf("%w: %v does not follow %v", ErrInvalidView, r, prev)
 		}
 	}
 	return nil

@@ -461,6 +461,75 @@ func (x *Arc) GetGen() uint64 {
 	return 0
 }
 
+// ArcBlock is the unit in which the lease table is served to lookups over
+// xDS, as type.googleapis.com/fuge.v1.ArcBlock: the circle is cut into 64
+// fixed blocks by the top 6 bits of a position, and block b holds every arc
+// whose end lies in it, in ring order. It is named "<namespace>/block/<b>"
+// (b in decimal) and versioned by the log sequence number of its last
+// change. One resource per arc would make every lookup stream keep a
+// version per arc on the manager (4,096 per stream at the default ring
+// size), far too much with thousands of lookups; blocks keep that to 64,
+// and a change still resends only the blocks it touches.
+type ArcBlock struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Block         uint32                 `protobuf:"varint,2,opt,name=block,proto3" json:"block,omitempty"`
+	Arcs          []*Arc                 `protobuf:"bytes,3,rep,name=arcs,proto3" json:"arcs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArcBlock) Reset() {
+	*x = ArcBlock{}
+	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArcBlock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArcBlock) ProtoMessage() {}
+
+func (x *ArcBlock) ProtoReflect() protoreflect.Message {
+	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArcBlock.ProtoReflect.Descriptor instead.
+func (*ArcBlock) Descriptor() ([]byte, []int) {
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ArcBlock) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ArcBlock) GetBlock() uint32 {
+	if x != nil {
+		return x.Block
+	}
+	return 0
+}
+
+func (x *ArcBlock) GetArcs() []*Arc {
+	if x != nil {
+		return x.Arcs
+	}
+	return nil
+}
+
 // Heartbeat is a resource the leader rewrites every heartbeat interval, so a
 // lookup that hears nothing else still knows the manager is there.
 type Heartbeat struct {
@@ -473,7 +542,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +554,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +567,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{6}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Heartbeat) GetNamespace() string {
@@ -552,7 +621,11 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\x05range\x18\x02 \x01(\v2\x0e.fuge.v1.RangeR\x05range\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x12\n" +
 	"\x04addr\x18\x04 \x01(\tR\x04addr\x12\x10\n" +
-	"\x03gen\x18\x05 \x01(\x04R\x03gen\";\n" +
+	"\x03gen\x18\x05 \x01(\x04R\x03gen\"`\n" +
+	"\bArcBlock\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05block\x18\x02 \x01(\rR\x05block\x12 \n" +
+	"\x04arcs\x18\x03 \x03(\v2\f.fuge.v1.ArcR\x04arcs\";\n" +
 	"\tHeartbeat\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq2J\n" +
@@ -571,7 +644,7 @@ func file_fuge_v1_fuge_proto_rawDescGZIP() []byte {
 	return file_fuge_v1_fuge_proto_rawDescData
 }
 
-var file_fuge_v1_fuge_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_fuge_v1_fuge_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_fuge_v1_fuge_proto_goTypes = []any{
 	(*Range)(nil),         // 0: fuge.v1.Range
 	(*Lease)(nil),         // 1: fuge.v1.Lease
@@ -579,7 +652,8 @@ var file_fuge_v1_fuge_proto_goTypes = []any{
 	(*LeaseRequest)(nil),  // 3: fuge.v1.LeaseRequest
 	(*LeaseResponse)(nil), // 4: fuge.v1.LeaseResponse
 	(*Arc)(nil),           // 5: fuge.v1.Arc
-	(*Heartbeat)(nil),     // 6: fuge.v1.Heartbeat
+	(*ArcBlock)(nil),      // 6: fuge.v1.ArcBlock
+	(*Heartbeat)(nil),     // 7: fuge.v1.Heartbeat
 }
 var file_fuge_v1_fuge_proto_depIdxs = []int32{
 	0,  // 0: fuge.v1.Lease.range:type_name -> fuge.v1.Range
@@ -591,13 +665,14 @@ var file_fuge_v1_fuge_proto_depIdxs = []int32{
 	1,  // 6: fuge.v1.LeaseResponse.renew:type_name -> fuge.v1.Lease
 	1,  // 7: fuge.v1.LeaseResponse.grant:type_name -> fuge.v1.Lease
 	0,  // 8: fuge.v1.Arc.range:type_name -> fuge.v1.Range
-	3,  // 9: fuge.v1.OwnerService.Lease:input_type -> fuge.v1.LeaseRequest
-	4,  // 10: fuge.v1.OwnerService.Lease:output_type -> fuge.v1.LeaseResponse
-	10, // [10:11] is the sub-list for method output_type
-	9,  // [9:10] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	5,  // 9: fuge.v1.ArcBlock.arcs:type_name -> fuge.v1.Arc
+	3,  // 10: fuge.v1.OwnerService.Lease:input_type -> fuge.v1.LeaseRequest
+	4,  // 11: fuge.v1.OwnerService.Lease:output_type -> fuge.v1.LeaseResponse
+	11, // [11:12] is the sub-list for method output_type
+	10, // [10:11] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_fuge_v1_fuge_proto_init() }
@@ -611,7 +686,7 @@ func file_fuge_v1_fuge_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fuge_v1_fuge_proto_rawDesc), len(file_fuge_v1_fuge_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -165,3 +165,46 @@ func EntryFrom(a *fugev1.Arc) (lease.Entry, error) {
 	}
 	return lease.Entry{Range: r, Owner: a.Owner, Addr: a.Addr, Gen: lease.Gen(a.Gen)}, nil
 }
+
+// Blocks is the number of fixed blocks the circle is cut into when the
+// lease table is served over xDS (fuge.v1.ArcBlock).
+const Blocks = 64
+
+// BlockOf is the block holding an arc that ends at end: its top 6 bits.
+func BlockOf(end uint64) uint32 { return uint32(end >> 58) }
+
+// BlockName is the xDS resource name of a block: "<namespace>/block/<b>".
+func BlockName(ns string, b uint32) string { return fmt.Sprintf("%s/block/%d", ns, b) }
+
+// ArcBlock converts the entries of one block to its xDS resource. Entries
+// must all end in block b, in ring order.
+func ArcBlock(ns string, b uint32, es []lease.Entry) *fugev1.ArcBlock {
+	out := &fugev1.ArcBlock{Namespace: ns, Block: b, Arcs: make([]*fugev1.Arc, len(es))}
+	for i, e := range es {
+		out.Arcs[i] = Arc(ns, e)
+	}
+	return out
+}
+
+// EntriesFromBlock converts an xDS block back to entries, checking that
+// every arc ends in the block.
+func EntriesFromBlock(ns string, blk *fugev1.ArcBlock) ([]lease.Entry, error) {
+	if blk.GetNamespace() != ns {
+		return nil, fmt.Errorf("%w: block of namespace %q, want %q", ErrMalformed, blk.GetNamespace(), ns)
+	}
+	if blk.Block >= Blocks {
+		return nil, fmt.Errorf("%w: block %d of %d", ErrMalformed, blk.Block, Blocks)
+	}
+	out := make([]lease.Entry, len(blk.Arcs))
+	for i, a := range blk.Arcs {
+		e, err := EntryFrom(a)
+		if err != nil {
+			return nil, err
+		}
+		if BlockOf(e.Range.End) != blk.Block {
+			return nil, fmt.Errorf("%w: arc %v is not in block %d", ErrMalformed, e.Range, blk.Block)
+		}
+		out[i] = e
+	}
+	return out, nil
+}

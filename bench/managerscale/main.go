@@ -12,8 +12,8 @@ package main
 import (
 	"context"
 	"flag"
-	"io"
 	"fmt"
+	"io"
 	"log"
 	"math/rand/v2"
 	"net"
@@ -90,12 +90,12 @@ func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(dialer)}
 	p := &pool{managers: []string{grpcAddr}, dial: dial, lease: leaseT}
 	ctx := context.Background()
-	log.Printf("starting %d owners and %d lookups", nOwners, nLookups)
+	// Owners first, then lookups: a pool is brought up before front ends
+	// are pointed at it, and the steady state does not depend on the order.
+	t0 := time.Now()
+	log.Printf("starting %d owners", nOwners)
 	for i := range nOwners {
 		p.owners = append(p.owners, p.newOwner(ctx, fmt.Sprintf("owner-%04d", i)))
-	}
-	for i := range nLookups {
-		p.lookups = append(p.lookups, p.newLookup(ctx, fmt.Sprintf("lookup-%04d", i)))
 	}
 	if err := p.waitReady(5 * time.Minute); err != nil {
 		return err
@@ -103,9 +103,26 @@ func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed
 	if err := waitConverged(httpAddr, nOwners, 5*time.Minute); err != nil {
 		return err
 	}
-	log.Printf("all ready; measuring steady state for %v", steady)
+	ownersUp := time.Since(t0)
+	t0 = time.Now()
+	log.Printf("owners converged in %v; starting %d lookups", ownersUp.Round(time.Millisecond), nLookups)
+	for i := range nLookups {
+		p.lookups = append(p.lookups, p.newLookup(ctx, fmt.Sprintf("lookup-%04d", i)))
+	}
+	if err := p.waitReady(5 * time.Minute); err != nil {
+		return err
+	}
+	if err := p.waitLookups(httpAddr, 5*time.Minute); err != nil {
+		return err
+	}
+	lookupsUp := time.Since(t0)
+	startRSS := rssMB(pid)
+	log.Printf("lookups synced in %v (manager RSS %.0f MB); measuring steady state for %v", lookupsUp.Round(time.Millisecond), startRSS, steady)
 	var rows []row
+	c0 := p.counters()
 	rows = append(rows, measure(fmt.Sprintf("%d owners + %d lookups", nOwners, nLookups), "steady", pid, steady, &bytesIn, &bytesOut, nil))
+	rows[0].note = p.counters().sub(c0).String()
+	c0 = p.counters()
 	log.Printf("measuring churn (a restart every %v on average) for %v", every, churn)
 	rnd := rand.New(rand.NewPCG(seed, 0))
 	restarts := 0
@@ -122,8 +139,10 @@ func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed
 				restarts++
 			}
 		}))
-	rows[1].note = fmt.Sprintf("%d restarts", restarts)
+	rows[1].note = fmt.Sprintf("%d restarts; %s", restarts, p.counters().sub(c0))
 	printTable(rows, leaseT)
+	fmt.Printf("\nstart-up (not a goal): %d owners converged in %v, then %d lookups synced in %v; manager RSS after start-up %.0f MB\n",
+		nOwners, ownersUp.Round(time.Millisecond), nLookups, lookupsUp.Round(time.Millisecond), startRSS)
 	p.close()
 	return nil
 }
@@ -257,6 +276,62 @@ func (p *pool) restartOne(ctx context.Context, rnd *rand.Rand) {
 	k -= len(p.owners)
 	p.lookups[k].Close()
 	p.lookups[k] = p.newLookup(ctx, fmt.Sprintf("lookup-%04d", k))
+}
+
+// waitLookups waits until every lookup's table has as many entries as the
+// manager's view, so that the steady window does not count the last
+// convergence pushes.
+func (p *pool) waitLookups(httpAddr string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		body, err := get("http://" + httpAddr + "/v1/namespaces/" + namespace + "/view")
+		if err == nil {
+			want := strings.Count(body, `"generation"`)
+			ok := true
+			for _, l := range p.lookups {
+				if len(l.Entries()) != want {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				return nil
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("lookups not converged after %v", limit)
+}
+
+// counters sums the clients' protocol counters.
+type counters struct{ ownerReconnects, ownerResponses, lookupReconnects, lookupUpdates, heartbeats uint64 }
+
+func (p *pool) counters() counters {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var c counters
+	for _, o := range p.owners {
+		st := o.Stats()
+		c.ownerReconnects += st.Reconnects
+		c.ownerResponses += st.Responses
+	}
+	for _, l := range p.lookups {
+		st := l.Stats()
+		c.lookupReconnects += st.Reconnects
+		c.lookupUpdates += st.Updates
+		c.heartbeats += st.Heartbeats
+	}
+	return c
+}
+
+func (c counters) sub(d counters) counters {
+	return counters{c.ownerReconnects - d.ownerReconnects, c.ownerResponses - d.ownerResponses,
+		c.lookupReconnects - d.lookupReconnects, c.lookupUpdates - d.lookupUpdates, c.heartbeats - d.heartbeats}
+}
+
+func (c counters) String() string {
+	return fmt.Sprintf("owner reconnects %d, renewals %d; lookup reconnects %d, table updates %d, heartbeats %d",
+		c.ownerReconnects, c.ownerResponses, c.lookupReconnects, c.lookupUpdates, c.heartbeats)
 }
 
 func (p *pool) close() {
