@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -23,6 +24,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", s.metrics.handler())
+	// Profiles for operators, on the admin address (loopback by default).
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /v1/cluster", s.getCluster)
 	mux.HandleFunc("POST /v1/cluster/join", s.leaderOnly(s.postJoin))
 	mux.HandleFunc("GET /v1/namespaces", s.leaderOnly(s.getNamespaces))

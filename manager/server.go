@@ -130,8 +130,16 @@ func (s *Server) Start(register func(*grpc.Server)) (err error) {
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(s.cfg.MaxMessageBytes),
+		// Thousands of idle client connections: share write buffers and keep
+		// read buffers small, or per-connection buffers (64 KiB each by
+		// default) dominate the manager's memory.
+		grpc.SharedWriteBuffer(true),
+		grpc.ReadBufferSize(8<<10),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+		// Clients ping the manager (and a dead owner's session expires after
+		// its hold time anyway): the server's own pings only reclaim
+		// connections of clients that vanished, so they can be rare.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
 	)
 	fugev1.RegisterOwnerServiceServer(s.grpc, &ownerService{s: s})
 	if register != nil {

@@ -46,14 +46,15 @@ func main() {
 	every := flag.Duration("restart-every", 12*time.Second, "mean time between node restarts during churn")
 	leaseT := flag.Duration("lease", 60*time.Second, "lease duration T")
 	seed := flag.Uint64("seed", 1, "seed for the restart schedule")
+	memLimit := flag.String("memory-limit", "", "passed to fuge-manager --memory-limit (empty: Go's default)")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
-	if err := run(*owners, *lookups, *steady, *churn, *every, *leaseT, *seed); err != nil {
+	if err := run(*owners, *lookups, *steady, *churn, *every, *leaseT, *seed, *memLimit); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed uint64) error {
+func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed uint64, memLimit string) error {
 	dir, err := os.MkdirTemp("", "managerscale")
 	if err != nil {
 		return err
@@ -65,9 +66,13 @@ func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed
 		return fmt.Errorf("build: %v\n%s", err, out)
 	}
 	raftAddr, grpcAddr, httpAddr := freePort(), freePort(), freePort()
-	cmd := exec.Command(bin, "--data-dir", filepath.Join(dir, "data"), "--node-id", "m1",
+	args := []string{"--data-dir", filepath.Join(dir, "data"), "--node-id", "m1",
 		"--raft-addr", raftAddr, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
-		"--lease-duration", leaseT.String(), "--namespace", namespace+":4096", "--log-level", "warn")
+		"--lease-duration", leaseT.String(), "--namespace", namespace + ":4096", "--log-level", "warn"}
+	if memLimit != "" {
+		args = append(args, "--memory-limit", memLimit)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return err
@@ -140,7 +145,7 @@ func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed
 			}
 		}))
 	rows[1].note = fmt.Sprintf("%d restarts; %s", restarts, p.counters().sub(c0))
-	printTable(rows, leaseT)
+	printTable(rows, leaseT, memLimit)
 	fmt.Printf("\nstart-up (not a goal): %d owners converged in %v, then %d lookups synced in %v; manager RSS after start-up %.0f MB\n",
 		nOwners, ownersUp.Round(time.Millisecond), nLookups, lookupsUp.Round(time.Millisecond), startRSS)
 	p.close()
@@ -191,8 +196,11 @@ loop:
 	}
 }
 
-func printTable(rows []row, leaseT time.Duration) {
-	fmt.Printf("\nmanagerscale: one fuge-manager process, lease T=%v, 127.0.0.1, %d cores\n\n", leaseT, numCPU())
+func printTable(rows []row, leaseT time.Duration, memLimit string) {
+	if memLimit == "" {
+		memLimit = "Go's default"
+	}
+	fmt.Printf("\nmanagerscale: one fuge-manager process, lease T=%v, memory limit %s, 127.0.0.1, %d cores\n\n", leaseT, memLimit, numCPU())
 	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "configuration\tphase\tmanager CPU (% of a core)\tpeak RSS (MB)\tbytes/s in\tbytes/s out\tgoal\tnotes")
 	for i, r := range rows {
@@ -213,6 +221,7 @@ type pool struct {
 	lease    time.Duration
 	owners   []*ownerguard.Owner
 	lookups  []*lb.Lookup
+	retired  counters // counts of clients closed by restarts
 }
 
 func (p *pool) newOwner(ctx context.Context, name string) *ownerguard.Owner {
@@ -269,11 +278,18 @@ func (p *pool) restartOne(ctx context.Context, rnd *rand.Rand) {
 	defer p.mu.Unlock()
 	k := rnd.IntN(len(p.owners) + len(p.lookups))
 	if k < len(p.owners) {
+		st := p.owners[k].Stats()
+		p.retired.ownerReconnects += st.Reconnects
+		p.retired.ownerResponses += st.Responses
 		p.owners[k].Close()
 		p.owners[k] = p.newOwner(ctx, fmt.Sprintf("owner-%04d", k))
 		return
 	}
 	k -= len(p.owners)
+	st := p.lookups[k].Stats()
+	p.retired.lookupReconnects += st.Reconnects
+	p.retired.lookupUpdates += st.Updates
+	p.retired.heartbeats += st.Heartbeats
 	p.lookups[k].Close()
 	p.lookups[k] = p.newLookup(ctx, fmt.Sprintf("lookup-%04d", k))
 }
@@ -309,7 +325,7 @@ type counters struct{ ownerReconnects, ownerResponses, lookupReconnects, lookupU
 func (p *pool) counters() counters {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var c counters
+	c := p.retired
 	for _, o := range p.owners {
 		st := o.Stats()
 		c.ownerReconnects += st.Reconnects

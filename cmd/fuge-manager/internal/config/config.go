@@ -30,6 +30,8 @@ type Config struct {
 	// Logger, Clock, Observer and Heartbeat are left for main to wire.
 	Server   manager.ServerConfig
 	LogLevel slog.Level
+	// MemoryLimit is the Go runtime's soft memory limit in bytes; 0 = unset.
+	MemoryLimit int64
 	// File is the YAML file that was read, or empty.
 	File string
 }
@@ -80,6 +82,9 @@ func settings() []setting {
 		{flag: "heartbeat-interval", env: "FUGE_HEARTBEAT_INTERVAL", key: "heartbeat_interval", arg: "DURATION", def: "lease-duration/6",
 			usage: "how often the leader tells lookups it is alive; under lease-duration",
 			set:   func(c *Config, v string) error { return duration(&c.Server.HeartbeatInterval, v) }},
+		{flag: "memory-limit", env: "FUGE_MEMORY_LIMIT", key: "memory_limit", arg: "SIZE", def: "0",
+			usage: "soft memory limit for the Go runtime (e.g. 192MiB, 1GiB); 0 leaves Go's default\n\t(GOMEMLIMIT); the GC then returns memory after a burst instead of keeping it",
+			set:   setMemoryLimit},
 		{flag: "log-level", env: "FUGE_LOG_LEVEL", key: "log_level", arg: "LEVEL", def: "info",
 			usage: "debug, info, warn or error",
 			set:   setLogLevel},
@@ -253,6 +258,28 @@ func duration(dst *time.Duration, v string) error {
 		return fmt.Errorf("must be positive, not %v", d)
 	}
 	*dst = d
+	return nil
+}
+
+// setMemoryLimit parses a byte size: a number with an optional B, KiB, MiB
+// or GiB suffix.
+func setMemoryLimit(c *Config, v string) error {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(v, u.suffix); ok {
+			v, mult = n, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n < 0 {
+		return errors.New("want a size like 192MiB, 1GiB or a number of bytes")
+	}
+	c.MemoryLimit = n * mult
 	return nil
 }
 
