@@ -34,7 +34,7 @@ bench: ## Run the benchmarks matching BENCH, with allocations
 	go test -run '^$$' -bench '$(strip $(BENCH))' -benchmem ./...
 
 bench-manager: ## Measure one manager under 500 owners + 2,000 lookups (PRS §7.1), steady and churn
-	go run ./bench/managerscale
+	go run ./bench/managerscale -memory-limit 176MiB
 
 sim: ## Run the simulator over SEEDS seeds, or replay SEED
 	SEEDS='$(strip $(SEEDS))' FIRST='$(strip $(FIRST))' SEED='$(strip $(SEED))' scripts/sim.sh
