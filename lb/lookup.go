@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/fuge-project/fuge/internal/clientshell"
 	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/ring"
 )
@@ -38,9 +39,7 @@ type Lookup struct {
 	done      chan struct{} // closed when the session goroutine has ended
 	updated   chan struct{}
 	coreStats CoreStats
-	upcalls   []upcall
-	stopCalls bool
-	wakeCalls chan struct{}
+	upcalls   clientshell.Upcalls[upcall]
 }
 
 type upcall struct {
@@ -90,11 +89,10 @@ func NewLookup(cfg LookupConfig) (*Lookup, error) {
 	cfg.Managers = slices.Clone(cfg.Managers)
 	cfg.DialOptions = slices.Clone(cfg.DialOptions)
 	return &Lookup{
-		cfg:       cfg,
-		log:       cfg.Logger.With("namespace", cfg.Namespace, "lookup", cfg.Name),
-		ready:     make(chan struct{}),
-		updated:   make(chan struct{}),
-		wakeCalls: make(chan struct{}, 1),
+		cfg:     cfg,
+		log:     cfg.Logger.With("namespace", cfg.Namespace, "lookup", cfg.Name),
+		ready:   make(chan struct{}),
+		updated: make(chan struct{}),
 	}, nil
 }
 
@@ -116,16 +114,14 @@ func (l *Lookup) Start(ctx context.Context) error {
 	l.started = true
 	ctx, l.cancel = context.WithCancel(ctx)
 	l.done = make(chan struct{})
-	var calls chan struct{}
-	if l.cfg.OnLoss != nil {
-		calls = make(chan struct{})
-		go l.runUpcalls(calls)
+	if onLoss := l.cfg.OnLoss; onLoss != nil {
+		l.upcalls.Start(func(u upcall) { onLoss(u.ranges, u.all) })
 	}
 	s := newSession(l, core)
 	go func() {
 		defer close(l.done)
 		s.run(ctx)
-		l.stopUpcalls(calls)
+		l.upcalls.Stop()
 	}()
 	return nil
 }
@@ -239,46 +235,5 @@ func (l *Lookup) notify(ranges []ring.Range, all bool) {
 	if l.cfg.OnLoss == nil {
 		return
 	}
-	l.mu.Lock()
-	l.upcalls = append(l.upcalls, upcall{ranges, all})
-	l.mu.Unlock()
-	select {
-	case l.wakeCalls <- struct{}{}:
-	default:
-	}
-}
-
-// runUpcalls makes the loss upcalls, in order, until stopUpcalls.
-func (l *Lookup) runUpcalls(done chan struct{}) {
-	defer close(done)
-	for {
-		l.mu.Lock()
-		q, stop := l.upcalls, l.stopCalls
-		l.upcalls = nil
-		l.mu.Unlock()
-		for _, u := range q {
-			l.cfg.OnLoss(u.ranges, u.all)
-		}
-		if len(q) == 0 {
-			if stop {
-				return
-			}
-			<-l.wakeCalls
-		}
-	}
-}
-
-// stopUpcalls lets runUpcalls finish the queue, then waits for it.
-func (l *Lookup) stopUpcalls(done chan struct{}) {
-	if done == nil {
-		return
-	}
-	l.mu.Lock()
-	l.stopCalls = true
-	l.mu.Unlock()
-	select {
-	case l.wakeCalls <- struct{}{}:
-	default:
-	}
-	<-done
+	l.upcalls.Push(upcall{ranges, all})
 }

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/fuge-project/fuge/internal/clientshell"
 	"github.com/fuge-project/fuge/ring"
 )
 
@@ -33,9 +34,9 @@ func HeartbeatName(namespace string) string { return namespace + "/heartbeat" }
 
 // Defaults of LookupConfig.
 const (
-	DefaultBackoffBase      = 50 * time.Millisecond
-	DefaultBackoffMax       = 2 * time.Second
-	DefaultBackoffJitter    = 0.2
+	DefaultBackoffBase      = clientshell.DefaultBackoffBase
+	DefaultBackoffMax       = clientshell.DefaultBackoffMax
+	DefaultBackoffJitter    = clientshell.DefaultBackoffJitter
 	DefaultMaxMessageBytes  = 16 << 20
 	DefaultKeepaliveTime    = 10 * time.Second // grpc-go's floor for client pings
 	DefaultKeepaliveTimeout = 5 * time.Second
@@ -47,7 +48,7 @@ const (
 // Errors of the network Lookup.
 var (
 	ErrNoManagers = errors.New("lb: no manager addresses")
-	ErrBackoff    = errors.New("lb: backoff must satisfy 0 < base <= max and 0 <= jitter <= 1")
+	ErrBackoff    = errors.New("lb: " + clientshell.BackoffRule)
 	ErrStarted    = errors.New("lb: lookup already started")
 	ErrClosed     = errors.New("lb: lookup closed")
 )
@@ -67,44 +68,11 @@ type TimerClock interface {
 	NewTimer(d time.Duration) (<-chan time.Time, func() bool)
 }
 
-// monoClock reads the monotonic clock, expressed as wall time since its
-// base, so that it never jumps when the wall clock is stepped.
-type monoClock struct{ base time.Time }
-
-func (c monoClock) Now() time.Time { return c.base.Add(time.Since(c.base)) }
-
 // BackoffConfig paces reconnection after a failed stream, as grpc-go does:
 // attempt k (from 0) waits min(Max, Base·2^k), scaled by a random factor in
 // [1-Jitter, 1+Jitter]. The count restarts when a stream applies a table.
-type BackoffConfig struct {
-	Base   time.Duration // zero means DefaultBackoffBase (50 ms)
-	Max    time.Duration // zero means DefaultBackoffMax (2 s)
-	Jitter float64       // zero means DefaultBackoffJitter (0.2); negative means none
-}
-
-func (b BackoffConfig) withDefaults() BackoffConfig {
-	if b.Base == 0 {
-		b.Base = DefaultBackoffBase
-	}
-	if b.Max == 0 {
-		b.Max = DefaultBackoffMax
-	}
-	if b.Jitter == 0 {
-		b.Jitter = DefaultBackoffJitter
-	} else if b.Jitter < 0 {
-		b.Jitter = 0
-	}
-	return b
-}
-
-// delay is the wait before attempt k, given r uniform in [0, 1).
-func (b BackoffConfig) delay(k int, r float64) time.Duration {
-	d := b.Max
-	if k < 32 && b.Base<<k > 0 && b.Base<<k < b.Max {
-		d = b.Base << k
-	}
-	return time.Duration(float64(d) * (1 + b.Jitter*(2*r-1)))
-}
+// Zero fields mean the Default* values.
+type BackoffConfig = clientshell.Backoff
 
 // LookupConfig configures a network Lookup. Zero values mean the documented
 // defaults.
@@ -175,7 +143,7 @@ func (c LookupConfig) withDefaults() LookupConfig {
 	if c.Backoff.Base == 0 {
 		c.Backoff.Base = min(DefaultBackoffBase, c.Backoff.Max)
 	}
-	c.Backoff = c.Backoff.withDefaults()
+	c.Backoff = c.Backoff.WithDefaults()
 	if c.KeepaliveTime == 0 {
 		c.KeepaliveTime = DefaultKeepaliveTime
 	}
@@ -189,7 +157,7 @@ func (c LookupConfig) withDefaults() LookupConfig {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
-		c.Clock = monoClock{base: time.Now()}
+		c.Clock = clientshell.NewMonoClock()
 	}
 	return c
 }
@@ -224,9 +192,8 @@ func (c LookupConfig) Validate() error {
 	if err := c.coreConfig().Validate(); err != nil {
 		return err
 	}
-	b := c.Backoff
-	if b.Base <= 0 || b.Max < b.Base || b.Jitter > 1 {
-		return fmt.Errorf("%w: %+v", ErrBackoff, b)
+	if err := c.Backoff.Check(ErrBackoff); err != nil {
+		return err
 	}
 	if c.MaxMessageBytes < 0 {
 		return fmt.Errorf("lb: MaxMessageBytes %d must not be negative", c.MaxMessageBytes)

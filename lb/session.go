@@ -367,7 +367,7 @@ func (s *session) retry(c *conn, next string, err error) {
 		next = s.cfg.Managers[s.idx]
 	}
 	s.addr = next
-	d := s.cfg.Backoff.delay(s.attempt, rand.Float64())
+	d := s.cfg.Backoff.Delay(s.attempt, rand.Float64())
 	s.attempt++
 	s.l.log.Info("stream ended", "manager", c.addr, "err", err, "next", next, "backoff", d)
 	s.backoffT = time.NewTimer(d)

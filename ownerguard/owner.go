@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/fuge-project/fuge/internal/clientshell"
 	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/ring"
 )
@@ -41,9 +42,7 @@ type Owner struct {
 	updated   chan struct{}
 	err       error
 	coreStats CoreStats
-	upcalls   []upcall
-	stopCalls bool
-	wakeCalls chan struct{}
+	upcalls   clientshell.Upcalls[upcall]
 }
 
 type upcall struct{ granted, revoked []ring.Range }
@@ -57,11 +56,10 @@ func NewOwner(cfg OwnerConfig) (*Owner, error) {
 	cfg = cfg.withDefaults()
 	cfg.Managers = append([]string(nil), cfg.Managers...)
 	o := &Owner{
-		cfg:       cfg,
-		clock:     cfg.Clock,
-		ready:     make(chan struct{}),
-		updated:   make(chan struct{}),
-		wakeCalls: make(chan struct{}, 1),
+		cfg:     cfg,
+		clock:   cfg.Clock,
+		ready:   make(chan struct{}),
+		updated: make(chan struct{}),
 	}
 	o.view.Store(emptyView())
 	return o, nil
@@ -93,16 +91,14 @@ func (o *Owner) Start(ctx context.Context) error {
 	o.started = true
 	ctx, o.cancel = context.WithCancel(ctx)
 	o.done = make(chan struct{})
-	var calls chan struct{}
-	if o.cfg.OnOwnership != nil {
-		calls = make(chan struct{})
-		go o.runUpcalls(calls)
+	if onOwnership := o.cfg.OnOwnership; onOwnership != nil {
+		o.upcalls.Start(func(u upcall) { onOwnership(u.granted, u.revoked) })
 	}
 	s := newSession(o, core)
 	go func() {
 		defer close(o.done)
 		s.run(ctx)
-		o.stopUpcalls(calls)
+		o.upcalls.Stop()
 	}()
 	return nil
 }
@@ -212,11 +208,7 @@ func (o *Owner) publish(v *View, granted, revoked []ring.Range, cs CoreStats) {
 	}
 	o.signalLocked()
 	if o.cfg.OnOwnership != nil {
-		o.upcalls = append(o.upcalls, upcall{granted, revoked})
-		select {
-		case o.wakeCalls <- struct{}{}:
-		default:
-		}
+		o.upcalls.Push(upcall{granted, revoked})
 	}
 }
 
@@ -236,39 +228,4 @@ func (o *Owner) setErr(err error) {
 	defer o.mu.Unlock()
 	o.err = err
 	o.signalLocked()
-}
-
-// runUpcalls makes the ownership upcalls, in order, until stopUpcalls.
-func (o *Owner) runUpcalls(done chan struct{}) {
-	defer close(done)
-	for {
-		o.mu.Lock()
-		q, stop := o.upcalls, o.stopCalls
-		o.upcalls = nil
-		o.mu.Unlock()
-		for _, u := range q {
-			o.cfg.OnOwnership(u.granted, u.revoked)
-		}
-		if len(q) == 0 {
-			if stop {
-				return
-			}
-			<-o.wakeCalls
-		}
-	}
-}
-
-// stopUpcalls lets runUpcalls finish the queue, then waits for it.
-func (o *Owner) stopUpcalls(done chan struct{}) {
-	if done == nil {
-		return
-	}
-	o.mu.Lock()
-	o.stopCalls = true
-	o.mu.Unlock()
-	select {
-	case o.wakeCalls <- struct{}{}:
-	default:
-	}
-	<-done
 }

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/fuge-project/fuge/internal/clientshell"
 	"github.com/fuge-project/fuge/ring"
 )
 
@@ -16,7 +17,7 @@ import (
 // work on Owner.Err.
 var (
 	ErrNoManagers = errors.New("ownerguard: no manager addresses")
-	ErrBackoff    = errors.New("ownerguard: backoff must satisfy 0 < base <= max and 0 <= jitter <= 1")
+	ErrBackoff    = errors.New("ownerguard: " + clientshell.BackoffRule)
 	ErrStarted    = errors.New("ownerguard: owner already started")
 	ErrClosed     = errors.New("ownerguard: owner closed")
 
@@ -33,9 +34,9 @@ var (
 
 // Defaults of OwnerConfig.
 const (
-	DefaultBackoffBase     = 50 * time.Millisecond
-	DefaultBackoffMax      = 2 * time.Second
-	DefaultBackoffJitter   = 0.2
+	DefaultBackoffBase     = clientshell.DefaultBackoffBase
+	DefaultBackoffMax      = clientshell.DefaultBackoffMax
+	DefaultBackoffJitter   = clientshell.DefaultBackoffJitter
 	DefaultMaxMessageBytes = 16 << 20
 	DefaultCloseTimeout    = time.Second
 	// MinKeepaliveTime is grpc-go's floor for client keepalive pings.
@@ -46,44 +47,11 @@ const (
 // compares them as Unix nanoseconds (see the package documentation).
 type Clock interface{ Now() time.Time }
 
-// monoClock reads the monotonic clock, expressed as wall time since its base,
-// so that UnixNano never jumps when the wall clock is stepped.
-type monoClock struct{ base time.Time }
-
-func (c monoClock) Now() time.Time { return c.base.Add(time.Since(c.base)) }
-
 // BackoffConfig paces reconnection after a failed stream: attempt k (from 0)
 // waits min(Max, Base·2^k), scaled by a random factor in [1-Jitter, 1+Jitter].
-// The count restarts when a manager accepts the session.
-type BackoffConfig struct {
-	Base   time.Duration // zero means DefaultBackoffBase (50 ms)
-	Max    time.Duration // zero means DefaultBackoffMax (2 s)
-	Jitter float64       // zero means DefaultBackoffJitter (0.2); negative means none
-}
-
-func (b BackoffConfig) withDefaults() BackoffConfig {
-	if b.Base == 0 {
-		b.Base = DefaultBackoffBase
-	}
-	if b.Max == 0 {
-		b.Max = DefaultBackoffMax
-	}
-	if b.Jitter == 0 {
-		b.Jitter = DefaultBackoffJitter
-	} else if b.Jitter < 0 {
-		b.Jitter = 0
-	}
-	return b
-}
-
-// delay is the wait before attempt k, given r uniform in [0, 1).
-func (b BackoffConfig) delay(k int, r float64) time.Duration {
-	d := b.Max
-	if k < 32 && b.Base<<k > 0 && b.Base<<k < b.Max {
-		d = b.Base << k
-	}
-	return time.Duration(float64(d) * (1 + b.Jitter*(2*r-1)))
-}
+// The count restarts when a manager accepts the session. Zero fields mean
+// the Default* values.
+type BackoffConfig = clientshell.Backoff
 
 // OwnerConfig configures an Owner. Zero values mean the documented defaults;
 // every protocol duration derives from LeaseDuration, so tests run the same
@@ -157,7 +125,7 @@ func (c OwnerConfig) withDefaults() OwnerConfig {
 	if c.Backoff.Base == 0 {
 		c.Backoff.Base = min(DefaultBackoffBase, c.Backoff.Max)
 	}
-	c.Backoff = c.Backoff.withDefaults()
+	c.Backoff = c.Backoff.WithDefaults()
 	if c.ResponseTimeout == 0 {
 		c.ResponseTimeout = t / 2
 	}
@@ -177,7 +145,7 @@ func (c OwnerConfig) withDefaults() OwnerConfig {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
-		c.Clock = monoClock{base: time.Now()}
+		c.Clock = clientshell.NewMonoClock()
 	}
 	return c
 }
@@ -208,9 +176,8 @@ func (c OwnerConfig) Validate() error {
 	if err := c.coreConfig(1).Validate(); err != nil {
 		return err
 	}
-	b := c.Backoff
-	if b.Base <= 0 || b.Max < b.Base || b.Jitter > 1 {
-		return fmt.Errorf("%w: %+v", ErrBackoff, b)
+	if err := c.Backoff.Check(ErrBackoff); err != nil {
+		return err
 	}
 	if c.MaxMessageBytes < 0 {
 		return fmt.Errorf("ownerguard: MaxMessageBytes %d must not be negative", c.MaxMessageBytes)

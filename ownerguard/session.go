@@ -270,7 +270,7 @@ func (s *session) backoff(now time.Time, addr string) {
 }
 
 func (s *session) delay() time.Duration {
-	d := s.cfg.Backoff.delay(s.failures, rand.Float64())
+	d := s.cfg.Backoff.Delay(s.failures, rand.Float64())
 	s.failures++
 	return d
 }

@@ -52,7 +52,7 @@ func TestViewHeld(t *testing.T) {
 }
 
 func TestBackoffDelay(t *testing.T) {
-	b := BackoffConfig{Base: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: -1}.withDefaults()
+	b := BackoffConfig{Base: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: -1}.WithDefaults()
 	for _, tc := range []struct {
 		k    int
 		want time.Duration
@@ -60,12 +60,12 @@ func TestBackoffDelay(t *testing.T) {
 		{0, 50 * time.Millisecond}, {1, 100 * time.Millisecond}, {5, 1600 * time.Millisecond},
 		{6, 2 * time.Second}, {40, 2 * time.Second}, {1000, 2 * time.Second},
 	} {
-		if got := b.delay(tc.k, 0.9); got != tc.want {
+		if got := b.Delay(tc.k, 0.9); got != tc.want {
 			t.Errorf("delay(%d) = %v, want %v", tc.k, got, tc.want)
 		}
 	}
-	j := BackoffConfig{}.withDefaults() // jitter 0.2
-	if lo, hi := j.delay(0, 0), j.delay(0, 0.999999); lo != 40*time.Millisecond || hi < 59*time.Millisecond || hi > 60*time.Millisecond {
+	j := BackoffConfig{}.WithDefaults() // jitter 0.2
+	if lo, hi := j.Delay(0, 0), j.Delay(0, 0.999999); lo != 40*time.Millisecond || hi < 59*time.Millisecond || hi > 60*time.Millisecond {
 		t.Errorf("jittered delay(0) spans [%v, %v], want [40ms, 60ms)", lo, hi)
 	}
 }
