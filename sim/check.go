@@ -36,9 +36,50 @@ type genRec struct {
 	owner string
 }
 
+// obligation holds, for one point, the losses a lookup still owes, oldest
+// first: each is a generation it must signal at or beyond, by a deadline.
+// Each loss keeps its own deadline: a notification of an older loss must
+// not be judged against a newer one's generation, nor a newer loss against
+// an older one's deadline.
 type obligation struct {
-	gen      lease.Gen     // signal a loss at a generation >= this
-	deadline time.Duration // true time; 0 = nothing due
+	n    int
+	owed [maxOwed]owed
+}
+
+type owed struct {
+	gen      lease.Gen
+	deadline time.Duration // true time
+}
+
+// maxOwed bounds the unmet losses kept per point; more than that within one
+// bound B would take a lookup cut off while the table churns, and such a
+// lookup signals loss on everything anyway. Past it, the newest two merge
+// (the newer generation with the earlier deadline: stricter, never laxer).
+const maxOwed = 8
+
+func (o *obligation) add(gen lease.Gen, deadline time.Duration) {
+	if o.n == maxOwed {
+		last := &o.owed[maxOwed-1]
+		last.gen = max(last.gen, gen)
+		return
+	}
+	o.owed[o.n] = owed{gen: gen, deadline: deadline}
+	o.n++
+}
+
+// clear drops the losses a notification at generation gen covers.
+func (o *obligation) clear(gen lease.Gen) {
+	k := 0
+	for i := 0; i < o.n; i++ {
+		if o.owed[i].gen > gen {
+			o.owed[k] = o.owed[i]
+			k++
+		}
+	}
+	for i := k; i < o.n; i++ {
+		o.owed[i] = owed{}
+	}
+	o.n = k
 }
 
 const maxReported = 20
@@ -143,10 +184,7 @@ func (c *checker) onChanges(changes []lease.Change) {
 			}
 			d.Span(e.Range, func(i int) {
 				ob := d.Value(i)
-				if ob.deadline == 0 {
-					ob.deadline = now + c.bound
-				}
-				ob.gen = max(ob.gen, e.Gen)
+				ob.add(e.Gen, now+c.bound)
 				d.SetValue(i, ob)
 			})
 			d.Compact()
@@ -166,14 +204,13 @@ func (c *checker) onLoss(l *lookupNode, out lb.Output) {
 	for _, r := range out.Loss {
 		d.Span(r, func(i int) {
 			ob := d.Value(i)
-			if ob.deadline == 0 {
+			if ob.n == 0 {
 				return
 			}
 			ar, _ := d.At(i)
 			_, _, gen, _ := l.core.Lookup(ar.End)
-			if gen >= ob.gen {
-				d.SetValue(i, obligation{})
-			}
+			ob.clear(gen)
+			d.SetValue(i, ob)
 		})
 	}
 	d.Compact()
@@ -197,8 +234,8 @@ func (c *checker) everyEvent() {
 	for i, d := range c.due {
 		for k := 0; k < d.Len(); k++ {
 			r, ob := d.At(k)
-			if ob.deadline != 0 && ob.deadline < now {
-				c.violation(fmt.Sprintf("I4: %s did not signal loss on %v (gen %d) within B=%v", c.w.lookups[i].name, r, ob.gen, c.bound))
+			if ob.n > 0 && ob.owed[0].deadline < now {
+				c.violation(fmt.Sprintf("I4: %s did not signal loss on %v (gen %d) within B=%v", c.w.lookups[i].name, r, ob.owed[0].gen, c.bound))
 				d.SetValue(k, obligation{})
 			}
 		}

@@ -237,6 +237,9 @@ func (l *lookupNode) tick() { l.handle(l.core.Tick(l.now())) }
 
 func (l *lookupNode) handle(out lb.Output) {
 	if out.LossAll || len(out.Loss) > 0 {
+		if l.w.p.TruncateLoss && len(out.Loss) > 1 {
+			out.Loss = out.Loss[:1]
+		}
 		l.w.check.onLoss(l, out)
 	}
 	if out.Send != nil {

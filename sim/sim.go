@@ -27,6 +27,9 @@ type Params struct {
 	SyncInterval, Staleness time.Duration
 	FaultEvery              time.Duration // mean time between faults
 	DisableRaceFilter       bool          // negative control
+	// TruncateLoss plants a bug in the lookups (negative control): each
+	// loss notification reports only its first range.
+	TruncateLoss bool
 	// Scripted, when set, replaces the random fault schedule.
 	Scripted func(w *world)
 }

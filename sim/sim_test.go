@@ -62,3 +62,11 @@ func TestNegativeControlRaceFilter(t *testing.T) {
 		p.DisableRaceFilter = true
 	})
 }
+
+// A lookup that reports only the first range of each loss notification
+// leaves the other losses unsignalled: I4 must catch it.
+func TestNegativeControlTruncatedLossNotification(t *testing.T) {
+	negativeControl(t, 200, "I4:", func(p *Params) {
+		p.TruncateLoss = true
+	})
+}

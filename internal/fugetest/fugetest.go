@@ -1,0 +1,210 @@
+// Package fugetest starts real Fuge components on 127.0.0.1 for tests in
+// other packages: a single-node manager with its xDS lease table, owners and
+// lookups, all with protocol timers scaled by one lease duration.
+package fugetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/fuge-project/fuge/lb"
+	"github.com/fuge-project/fuge/manager"
+	"github.com/fuge-project/fuge/ownerguard"
+	"github.com/fuge-project/fuge/ring"
+	"github.com/fuge-project/fuge/xds"
+)
+
+// DefaultTimeout bounds every wait in this package.
+const DefaultTimeout = 30 * time.Second
+
+// Options configures a test manager. Zero values mean the defaults below.
+type Options struct {
+	Namespace string        // default "ns"
+	RingSize  int           // default 256
+	Header    string        // routing header; default manager's (X-Fuge-Key)
+	T         time.Duration // lease duration; default 2 s
+	// Observer, if set, wraps the xDS lease table to watch the FSM; it must
+	// forward every call to the table it is given.
+	Observer func(*xds.LeaseTable) manager.Observer
+}
+
+// Manager is a running single-node manager.
+type Manager struct {
+	Server   *manager.Server
+	Table    *xds.LeaseTable
+	GRPCAddr string // owner protocol and xDS
+	HTTPAddr string // admin API
+	NS       string
+	T        time.Duration
+}
+
+// StartManager starts a single-node manager on 127.0.0.1 with its data in a
+// temporary directory and waits until it leads. It is killed at cleanup.
+func StartManager(t testing.TB, o Options) *Manager {
+	t.Helper()
+	if o.Namespace == "" {
+		o.Namespace = "ns"
+	}
+	if o.RingSize == 0 {
+		o.RingSize = 256
+	}
+	if o.T == 0 {
+		o.T = 2 * time.Second
+	}
+	cfg := manager.DefaultServerConfig()
+	cfg.NodeID = "m1"
+	cfg.DataDir = t.TempDir()
+	cfg.RaftAddr, cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.LeaseDuration = o.T
+	cfg.HeartbeatInterval = o.T / 6
+	cfg.Namespaces = []manager.NamespaceConfig{{Name: o.Namespace, RingSize: o.RingSize, Header: o.Header}}
+	cfg.RaftHeartbeatTimeout = 200 * time.Millisecond
+	cfg.RaftElectionTimeout = 200 * time.Millisecond
+	cfg.RaftLeaderLeaseTimeout = 100 * time.Millisecond
+	var srv *manager.Server
+	lt := xds.NewLeaseTable(xds.LeaseTableConfig{Gate: func(ctx context.Context) error { return srv.CheckLeader(ctx) }})
+	cfg.Observer = lt
+	if o.Observer != nil {
+		cfg.Observer = o.Observer(lt)
+	}
+	cfg.Heartbeat = lt.Heartbeat
+	s, err := manager.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv = s
+	if err := s.Start(lt.Register); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Kill)
+	_, g, h := s.Addrs()
+	m := &Manager{Server: s, Table: lt, GRPCAddr: g, HTTPAddr: h, NS: o.Namespace, T: o.T}
+	Eventually(t, "the manager to lead", s.IsLeader)
+	return m
+}
+
+// Owner starts an Owner named name that serves at addr and waits until it
+// is ready (its first answer from the manager). It is closed at cleanup.
+func (m *Manager) Owner(t testing.TB, name, addr string, onOwnership func(granted, revoked []ring.Range)) *ownerguard.Owner {
+	t.Helper()
+	o, err := ownerguard.NewOwner(ownerguard.OwnerConfig{
+		Managers: []string{m.GRPCAddr}, Namespace: m.NS, Name: name, Addr: addr,
+		LeaseDuration: m.T, OnOwnership: onOwnership,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.Close() })
+	Wait(t, "owner "+name+" ready", o.Ready())
+	return o
+}
+
+// Lookup starts a Lookup on the namespace and waits until it holds the
+// whole table. It is closed at cleanup.
+func (m *Manager) Lookup(t testing.TB, name string, onLoss func([]ring.Range, bool)) *lb.Lookup {
+	t.Helper()
+	l, err := lb.NewLookup(lb.LookupConfig{
+		Managers: []string{m.GRPCAddr}, Namespace: m.NS, Name: name,
+		StalenessBound: m.T, OnLoss: onLoss,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	Wait(t, "lookup "+name+" ready", l.Ready())
+	return l
+}
+
+// Settled waits until every arc of the namespace is granted (by the
+// manager's admin API) to one of the named owners, each owner holds some,
+// and lookup shows exactly that table.
+func (m *Manager) Settled(t testing.TB, l *lb.Lookup, owners ...string) {
+	t.Helper()
+	want := map[string]bool{}
+	for _, o := range owners {
+		want[o] = true
+	}
+	Eventually(t, "every arc granted and seen by the lookup", func() bool {
+		arcs, err := m.Arcs()
+		if err != nil {
+			return false
+		}
+		seen := map[string]bool{}
+		for _, a := range arcs {
+			if a.State != "granted" || !want[a.Owner] {
+				return false
+			}
+			seen[a.Owner] = true
+		}
+		if len(seen) != len(want) {
+			return false
+		}
+		got := l.Entries()
+		if len(got) != len(arcs) {
+			return false
+		}
+		for i, e := range got {
+			if e.Owner != arcs[i].Owner || uint64(e.Gen) != arcs[i].Generation {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// Arc is one arc of the manager's lease table as its admin API shows it.
+type Arc struct {
+	Start, End string // 16 hex digits
+	Owner      string
+	Generation uint64
+	State      string // granted, recalling, free
+}
+
+// Arcs reads the lease table, in ring order, from the admin API.
+func (m *Manager) Arcs() ([]Arc, error) {
+	resp, err := http.Get("http://" + m.HTTPAddr + "/v1/namespaces/" + m.NS + "/leases")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fugetest: leases: %s", resp.Status)
+	}
+	var out struct{ Arcs []Arc }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, err
+	}
+	return out.Arcs, nil
+}
+
+// Eventually polls cond until it holds or DefaultTimeout passes.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(DefaultTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond) // polling interval, not a guess at a duration
+	}
+}
+
+// Wait waits for ch to close or DefaultTimeout to pass.
+func Wait(t testing.TB, what string, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(DefaultTimeout):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
