@@ -1,0 +1,210 @@
+// Command fuge-proxy runs Fuge's reverse proxy in front of a pool of owners:
+// it follows a namespace's lease table from the managers and sends each
+// request to the owner holding its key (the X-Fuge-Key header by default),
+// retrying briefly while a range changes hands.
+//
+// Run fuge-proxy --help for the settings; cmd/README.md has examples.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fuge-project/fuge/proxy"
+)
+
+// defaultManagers is fuge-manager's default gRPC address.
+const defaultManagers = "127.0.0.1:7401"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal kills at once
+	}()
+	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// run serves until ctx ends, then drains in-flight requests. It returns the
+// exit code: 0 after a clean stop or --help, 1 when the proxy fails to start
+// or to drain in time, 2 for a bad configuration.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	s, err := load(args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		usage(stdout)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fuge-proxy: %v\nRun 'fuge-proxy --help' for usage.\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: s.logLevel}))
+	cfg := s.cfg
+	cfg.Logger = log
+	p, err := proxy.New(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "fuge-proxy: %v\n", err)
+		return 2
+	}
+	if err := p.Start(); err != nil {
+		log.Error("start failed", "err", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "fuge-proxy: namespace %s, balance %s, proxy %s, admin %s\n",
+		cfg.Namespace, cfg.Balance, p.Addr(), p.AdminAddr())
+
+	<-ctx.Done()
+	log.Info("draining", "timeout", s.shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), s.shutdownTimeout)
+	defer cancel()
+	if err := p.Shutdown(sctx); err != nil {
+		log.Error("drain failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// settings is the parsed command line.
+type settings struct {
+	cfg             proxy.Config
+	logLevel        slog.Level
+	shutdownTimeout time.Duration
+}
+
+// envPrefix prefixes the environment variable of every flag: --max-conns is
+// FUGE_PROXY_MAX_CONNS.
+const envPrefix = "FUGE_PROXY_"
+
+func envName(flag string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// newFlagSet binds every flag to s, with the defaults.
+func newFlagSet(s *settings) *flag.FlagSet {
+	d := proxy.DefaultConfig()
+	s.cfg = d
+	s.cfg.Logger = nil
+	s.logLevel = slog.LevelInfo
+	s.shutdownTimeout = 30 * time.Second
+	c := &s.cfg
+	fs := flag.NewFlagSet("fuge-proxy", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&c.ListenAddr, "listen", d.ListenAddr, "address to serve proxied requests on")
+	fs.StringVar(&c.AdminAddr, "admin", d.AdminAddr, "address to serve /metrics and /healthz on")
+	fs.Func("managers", "manager gRPC addresses, comma-separated (default "+defaultManagers+")", func(v string) error {
+		c.Managers = nil
+		for _, m := range strings.Split(v, ",") {
+			if m = strings.TrimSpace(m); m != "" {
+				c.Managers = append(c.Managers, m)
+			}
+		}
+		if len(c.Managers) == 0 {
+			return errors.New("no address")
+		}
+		return nil
+	})
+	c.Managers = []string{defaultManagers}
+	fs.StringVar(&c.Namespace, "namespace", d.Namespace, "the pool's namespace")
+	fs.StringVar(&c.Header, "header", d.Header, "routing header, hashed with XXH64")
+	fs.Func("missing-key", "requests without the header: reject (400) or round-robin (default reject)", func(v string) error {
+		c.MissingKey = proxy.MissingKeyPolicy(v)
+		return nil
+	})
+	fs.Func("balance", "lease (to the key's lease holder) or round-robin (the baseline) (default lease)", func(v string) error {
+		c.Balance = proxy.Balance(v)
+		return nil
+	})
+	fs.DurationVar(&c.RetryBudget, "retry-budget", d.RetryBudget, "time a request may spend being retried")
+	fs.DurationVar(&c.BackoffBase, "backoff", d.BackoffBase, "first wait before a retry, doubling")
+	fs.DurationVar(&c.ReadTimeout, "read-timeout", d.ReadTimeout, "time to read a whole request")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", d.WriteTimeout, "time to write a response")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", d.IdleTimeout, "keep-alive connection idle time")
+	fs.DurationVar(&c.UpstreamTimeout, "upstream-timeout", d.UpstreamTimeout, "time for an owner to answer, per attempt")
+	fs.DurationVar(&c.DialTimeout, "dial-timeout", d.DialTimeout, "time to connect to an owner")
+	fs.DurationVar(&c.LookupStalenessBound, "staleness-bound", 0, "notify loss everywhere after this long without the manager (default 30s)")
+	fs.IntVar(&c.MaxConns, "max-conns", d.MaxConns, "concurrent client connections")
+	fs.Var((*sizeValue)(&c.MaxHeaderBytes), "max-header-bytes", "request line and header size limit, 431 beyond (default 16KiB)")
+	fs.Var((*sizeValue)(&c.MaxBodyBytes), "max-body-bytes", "request body size limit, 413 beyond (default 4MiB)")
+	fs.IntVar(&c.MaxConnsPerOwner, "max-conns-per-owner", d.MaxConnsPerOwner, "connections to each owner")
+	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
+	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", s.shutdownTimeout, "time to drain in-flight requests on SIGINT or SIGTERM")
+	return fs
+}
+
+// load reads the settings: flags > FUGE_PROXY_* variables > defaults. An
+// empty variable counts as unset.
+func load(args []string, getenv func(string) string) (settings, error) {
+	var s settings
+	fs := newFlagSet(&s)
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := getenv(envName(f.Name)); v != "" && err == nil {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("%s=%q: %v", envName(f.Name), v, serr)
+			}
+		}
+	})
+	if err != nil {
+		return s, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return s, err
+	}
+	if fs.NArg() > 0 {
+		return s, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return s, s.cfg.Validate()
+}
+
+// usage prints every flag with its variable and default.
+func usage(w io.Writer) {
+	fmt.Fprint(w, `Usage: fuge-proxy [flags]
+
+fuge-proxy sends each request to the owner holding its key in the manager's
+lease table. Flags override FUGE_PROXY_* variables, which override defaults.
+
+`)
+	var s settings
+	newFlagSet(&s).VisitAll(func(f *flag.Flag) {
+		def := ""
+		if f.DefValue != "" && !strings.Contains(f.Usage, "(default") {
+			def = " (default " + f.DefValue + ")"
+		}
+		fmt.Fprintf(w, "  --%s  [%s]\n      %s%s\n", f.Name, envName(f.Name), f.Usage, def)
+	})
+}
+
+// sizeValue is a byte count: an integer with an optional KiB, MiB or GiB
+// suffix.
+type sizeValue int
+
+func (v *sizeValue) String() string { return strconv.Itoa(int(*v)) }
+
+func (v *sizeValue) Set(s string) error {
+	mult := 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = n, u.mult
+			break
+		}
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > (1<<31-1)/mult {
+		return fmt.Errorf("bad size %q: want a byte count, optionally with KiB, MiB or GiB", s)
+	}
+	*v = sizeValue(n * mult)
+	return nil
+}

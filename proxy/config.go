@@ -1,0 +1,295 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/textproto"
+	"strings"
+	"time"
+
+	"github.com/fuge-project/fuge/lb"
+)
+
+// Defaults of Config.
+const (
+	DefaultListenAddr       = "127.0.0.1:8080"
+	DefaultAdminAddr        = "127.0.0.1:8081"
+	DefaultNamespace        = "default"
+	DefaultHeader           = "X-Fuge-Key"
+	DefaultRetryBudget      = 2 * time.Second
+	DefaultBackoffBase      = 5 * time.Millisecond
+	DefaultReadTimeout      = 10 * time.Second
+	DefaultWriteTimeout     = 10 * time.Second
+	DefaultIdleTimeout      = 60 * time.Second
+	DefaultUpstreamTimeout  = 10 * time.Second
+	DefaultDialTimeout      = time.Second
+	DefaultMaxConns         = 10000
+	DefaultMaxHeaderBytes   = 16 << 10
+	DefaultMaxBodyBytes     = 4 << 20
+	DefaultMaxConnsPerOwner = 512
+	// DefaultLookupName is the xDS node id of the proxy's Lookup.
+	DefaultLookupName = "fuge-proxy"
+)
+
+// GenerationHeader is the request header in which the proxy names the lease
+// generation it routed under; ownerguard refuses a request whose generation
+// is newer than the one it holds.
+const GenerationHeader = "Fuge-Generation"
+
+// Balance names how the proxy picks an owner.
+type Balance string
+
+// The balancing modes.
+const (
+	// BalanceLease routes each key to its lease holder (lb.LeaseBalancer)
+	// and stamps the generation.
+	BalanceLease Balance = "lease"
+	// BalanceRoundRobin hands requests to the owners in turn, ignoring the
+	// key (lb.RoundRobin over the lease table's owners): the baseline.
+	BalanceRoundRobin Balance = "round-robin"
+)
+
+// MissingKeyPolicy says what to do with a request without the routing
+// header (or with an empty one).
+type MissingKeyPolicy string
+
+// The missing-key policies.
+const (
+	// MissingKeyReject answers 400.
+	MissingKeyReject MissingKeyPolicy = "reject"
+	// MissingKeyRoundRobin sends the request to the owners in turn, without
+	// a generation.
+	MissingKeyRoundRobin MissingKeyPolicy = "round-robin"
+)
+
+// Errors returned by Config.Validate, wrapped with detail.
+var (
+	ErrNoManagers = errors.New("proxy: no manager addresses and no balancer")
+	ErrConfig     = errors.New("proxy: invalid configuration")
+)
+
+// Errors of the Proxy's life cycle.
+var (
+	ErrStarted = errors.New("proxy: already started")
+	ErrClosed  = errors.New("proxy: shut down")
+)
+
+// Config configures fuge-proxy. Zero values mean the documented defaults;
+// cmd/fuge-proxy fills it from flags and FUGE_PROXY_* variables.
+type Config struct {
+	// ListenAddr is where Start serves proxied traffic. Default
+	// 127.0.0.1:8080; port 0 lets the kernel choose (see Proxy.Addr).
+	ListenAddr string
+	// AdminAddr is where Start serves GET /metrics (Prometheus) and
+	// GET /healthz, on a listener of their own so that they never shadow a
+	// proxied path. Default 127.0.0.1:8081.
+	AdminAddr string
+
+	// Managers lists every manager's gRPC address; the proxy follows the
+	// namespace's lease table from them with an lb.Lookup. Required unless
+	// Balancer is set.
+	Managers []string
+	// Namespace is the pool's namespace. Default "default".
+	Namespace string
+	// LookupName is the Lookup's xDS node id. Default "fuge-proxy".
+	LookupName string
+	// LookupStalenessBound is the Lookup's StalenessBound. Zero means lb's
+	// default (30 s).
+	LookupStalenessBound time.Duration
+	// Balance picks the owner: BalanceLease (default) or BalanceRoundRobin.
+	Balance Balance
+	// Balancer, if set, replaces the Lookup and Balance: the proxy routes
+	// by it, and Managers and Namespace are not used. For tests and
+	// embedding. If it also has Ready() <-chan struct{}, /healthz answers
+	// 200 once that is closed (otherwise at once); if it has
+	// Addrs() []string, the proxy closes the connections of owners no
+	// longer listed after each update (both lb balancers have both).
+	Balancer lb.Balancer
+
+	// Header is the routing header; its one value is hashed with XXH64
+	// (ring.Hash). Default X-Fuge-Key.
+	Header string
+	// MissingKey is the policy for requests without the header:
+	// MissingKeyReject (default, 400) or MissingKeyRoundRobin.
+	MissingKey MissingKeyPolicy
+	// Fallback is the balancer for requests without a key under
+	// MissingKeyRoundRobin. Nil means round robin over the Lookup's owners;
+	// required with MissingKeyRoundRobin when Balancer is set.
+	Fallback lb.Balancer
+
+	// RetryBudget bounds the time a request may spend being retried, from
+	// its arrival. Default 2 s.
+	RetryBudget time.Duration
+	// BackoffBase is the first wait before a retry when the table has not
+	// changed; each wait doubles it. A table change ends the wait early.
+	// Default 5 ms.
+	BackoffBase time.Duration
+
+	// ReadTimeout bounds reading a whole request, header and body, from the
+	// moment the proxy starts reading it, so a client sending it slowly is
+	// cut off. Default 10 s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a response. Default 10 s.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle for this long.
+	// Default 60 s.
+	IdleTimeout time.Duration
+	// UpstreamTimeout bounds writing a request to an owner and reading its
+	// response, per attempt. Default 10 s.
+	UpstreamTimeout time.Duration
+	// DialTimeout bounds connecting to an owner. Default 1 s.
+	DialTimeout time.Duration
+
+	// MaxConns limits concurrent client connections; beyond it a new
+	// connection gets 503 and is closed. Default 10000.
+	MaxConns int
+	// MaxHeaderBytes limits a request's line and header; a larger one gets
+	// 431. Default 16 KiB.
+	MaxHeaderBytes int
+	// MaxBodyBytes limits a request body; a larger one gets 413. Default
+	// 4 MiB.
+	MaxBodyBytes int
+	// MaxConnsPerOwner limits connections to each owner. A request finding
+	// all of them busy waits for one up to RetryBudget. Default 512.
+	MaxConnsPerOwner int
+
+	// Dial, if set, connects to an owner (for tests: an in-memory
+	// listener). Nil means TCP with DialTimeout.
+	Dial func(addr string) (net.Conn, error)
+	// Logger receives life-cycle events, and fasthttp's errors (mostly
+	// clients' bad requests) at debug level. Nil means discard.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a config with every default filled in and no
+// manager addresses.
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
+func (c Config) withDefaults() Config {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	defD := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	defN := func(n *int, v int) {
+		if *n == 0 {
+			*n = v
+		}
+	}
+	def(&c.ListenAddr, DefaultListenAddr)
+	def(&c.AdminAddr, DefaultAdminAddr)
+	def(&c.Namespace, DefaultNamespace)
+	def(&c.LookupName, DefaultLookupName)
+	def(&c.Header, DefaultHeader)
+	if c.Balance == "" {
+		c.Balance = BalanceLease
+	}
+	if c.MissingKey == "" {
+		c.MissingKey = MissingKeyReject
+	}
+	defD(&c.RetryBudget, DefaultRetryBudget)
+	defD(&c.BackoffBase, DefaultBackoffBase)
+	defD(&c.ReadTimeout, DefaultReadTimeout)
+	defD(&c.WriteTimeout, DefaultWriteTimeout)
+	defD(&c.IdleTimeout, DefaultIdleTimeout)
+	defD(&c.UpstreamTimeout, DefaultUpstreamTimeout)
+	defD(&c.DialTimeout, DefaultDialTimeout)
+	defN(&c.MaxConns, DefaultMaxConns)
+	defN(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	defN(&c.MaxBodyBytes, DefaultMaxBodyBytes)
+	defN(&c.MaxConnsPerOwner, DefaultMaxConnsPerOwner)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports the first problem with c, after defaults. Errors wrap
+// ErrNoManagers or ErrConfig.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if c.Balancer == nil {
+		if len(c.Managers) == 0 {
+			return ErrNoManagers
+		}
+		for _, m := range c.Managers {
+			if m == "" {
+				return fmt.Errorf("%w: empty address in %q", ErrNoManagers, c.Managers)
+			}
+		}
+	}
+	switch c.Balance {
+	case BalanceLease, BalanceRoundRobin:
+	default:
+		return fmt.Errorf("%w: balance %q is not %q or %q", ErrConfig, c.Balance, BalanceLease, BalanceRoundRobin)
+	}
+	switch c.MissingKey {
+	case MissingKeyReject:
+	case MissingKeyRoundRobin:
+		if c.Balancer != nil && c.Fallback == nil {
+			return fmt.Errorf("%w: missing-key policy %q with a Balancer needs a Fallback", ErrConfig, c.MissingKey)
+		}
+	default:
+		return fmt.Errorf("%w: missing-key policy %q is not %q or %q", ErrConfig, c.MissingKey, MissingKeyReject, MissingKeyRoundRobin)
+	}
+	if !validToken(c.Header) {
+		return fmt.Errorf("%w: header %q is not a valid header name", ErrConfig, c.Header)
+	}
+	if k := textproto.CanonicalMIMEHeaderKey(c.Header); k == GenerationHeader || k == "X-Forwarded-For" || hopByHop(k) {
+		return fmt.Errorf("%w: header %q is set or removed by the proxy", ErrConfig, c.Header)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"retry budget", c.RetryBudget}, {"backoff base", c.BackoffBase},
+		{"read timeout", c.ReadTimeout}, {"write timeout", c.WriteTimeout}, {"idle timeout", c.IdleTimeout},
+		{"upstream timeout", c.UpstreamTimeout}, {"dial timeout", c.DialTimeout},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("%w: %s %v is negative", ErrConfig, d.name, d.v)
+		}
+	}
+	if c.LookupStalenessBound < 0 {
+		return fmt.Errorf("%w: lookup staleness bound %v is negative", ErrConfig, c.LookupStalenessBound)
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{
+		{"max connections", c.MaxConns}, {"max header bytes", c.MaxHeaderBytes},
+		{"max body bytes", c.MaxBodyBytes}, {"max connections per owner", c.MaxConnsPerOwner},
+	} {
+		if n.v < 0 {
+			return fmt.Errorf("%w: %s %d is negative", ErrConfig, n.name, n.v)
+		}
+	}
+	if c.MaxHeaderBytes < 1024 {
+		return fmt.Errorf("%w: max header bytes %d is below 1024", ErrConfig, c.MaxHeaderBytes)
+	}
+	return nil
+}
+
+// validToken reports whether s is an HTTP token (RFC 9110 §5.6.2).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c < 0x80 && c > ' ' && strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,197 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/fuge-project/fuge/lb"
+	"github.com/fuge-project/fuge/ring"
+)
+
+// Bodies of the proxy's own answers: short, one line, saying why.
+const (
+	msgNoKey       = "fuge-proxy: missing routing header "
+	msgRepeatedKey = "fuge-proxy: repeated routing header "
+	msgGiveUp      = "fuge-proxy: no owner accepted the request within the retry budget\n"
+	msgBadGateway  = "fuge-proxy: owner failed after the request was sent\n"
+)
+
+// outcome is what one attempt came to.
+type outcome int
+
+const (
+	answered  outcome = iota // the owner answered, not 421: pass it on
+	misrouted                // 421: the owner does not hold the key
+	refused                  // not sent: connection refused or failed, no free connection
+	failed                   // failed after the request may have been sent
+)
+
+// handle proxies one request.
+func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
+	p.serve(ctx)
+	p.c.status(ctx.Response.StatusCode())
+}
+
+func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
+	req := &ctx.Request
+	bal, hash := p.bal, uint64(0)
+	switch vs := req.Header.PeekAll(p.cfg.Header); {
+	case len(vs) > 1:
+		p.reject(ctx, fasthttp.StatusBadRequest, msgRepeatedKey)
+		return
+	case len(vs) == 1 && len(vs[0]) > 0:
+		hash = ring.Hash(vs[0])
+	case p.fallback != nil:
+		bal = p.fallback
+	default:
+		p.reject(ctx, fasthttp.StatusBadRequest, msgNoKey)
+		return
+	}
+
+	s := p.scratch.Get().(*scratch)
+	defer p.scratch.Put(s)
+	stripRequest(&req.Header, s)
+	// The proxy alone stamps Fuge-Generation, and it has read the body.
+	for _, k := range [...]string{GenerationHeader, "Expect"} {
+		if len(req.Header.PeekAll(k)) > 0 {
+			req.Header.Del(k)
+		}
+	}
+	req.Header.SetNoDefaultContentType(true) // forward the client's, or none
+	setForwardedFor(req, ctx.RemoteIP(), s)
+	idempotent := isIdempotent(&req.Header)
+	deadline := ctx.Time().Add(p.cfg.RetryBudget)
+
+	backoff := p.cfg.BackoffBase
+	pick, ok := bal.Pick(hash)
+	last := refused
+	for attempt := 0; ; attempt++ {
+		if ok {
+			if attempt > 0 {
+				p.c.retries.Add(1)
+			}
+			switch last = p.attempt(ctx, pick, s); {
+			case last == answered:
+				// The server closes the client's connection if the client
+				// asked to; the owner's Connection header is not the client's.
+				stripResponse(&ctx.Response.Header, s)
+				return
+			case last == failed && !idempotent:
+				p.fail(ctx, fasthttp.StatusBadGateway, msgBadGateway)
+				return
+			}
+		}
+		// Retry at once if the table already moved the key; otherwise wait
+		// for the next change or the backoff, whichever comes first.
+		left := time.Until(deadline)
+		if left <= 0 {
+			p.giveUp(ctx, last)
+			return
+		}
+		upd := bal.Updated()
+		next, nok := bal.Pick(hash)
+		if !nok || !ok || next.Gen == 0 || next.Gen == pick.Gen {
+			wait(upd, min(backoff, left))
+			if backoff < p.cfg.RetryBudget {
+				backoff *= 2
+			}
+			if time.Until(deadline) <= 0 {
+				p.giveUp(ctx, last)
+				return
+			}
+			next, nok = bal.Pick(hash)
+		}
+		pick, ok = next, nok
+	}
+}
+
+// attempt sends the request to pick's owner once.
+func (p *Proxy) attempt(ctx *fasthttp.RequestCtx, pick lb.Pick, s *scratch) outcome {
+	p.c.attempts.Add(1)
+	o := p.owners.get(pick.Addr)
+	if pick.Gen != 0 {
+		setGeneration(&ctx.Request, uint64(pick.Gen), s)
+	}
+	start := time.Now()
+	err := o.hc.Do(&ctx.Request, &ctx.Response)
+	o.latency.Observe(time.Since(start).Seconds())
+	switch {
+	case err == nil && ctx.Response.StatusCode() == fasthttp.StatusMisdirectedRequest:
+		p.c.misroutes.Add(1)
+		return misrouted
+	case err == nil:
+		return answered
+	case notSent(err):
+		p.c.refused.Add(1)
+		return refused
+	default:
+		p.c.upstreamErrors.Add(1)
+		p.log.Debug("upstream error", "owner", pick.Addr, "err", err)
+		return failed
+	}
+}
+
+// giveUp answers a request whose retry budget ran out: 503 when no owner
+// took it, 502 when the last attempt failed after sending.
+func (p *Proxy) giveUp(ctx *fasthttp.RequestCtx, last outcome) {
+	p.c.giveUps.Add(1)
+	if last == failed {
+		p.fail(ctx, fasthttp.StatusBadGateway, msgBadGateway)
+		return
+	}
+	p.fail(ctx, fasthttp.StatusServiceUnavailable, msgGiveUp)
+	ctx.Response.Header.Set("Retry-After", "1")
+}
+
+// fail replaces whatever an owner answered with the proxy's own response.
+func (p *Proxy) fail(ctx *fasthttp.RequestCtx, code int, msg string) {
+	ctx.Response.Reset()
+	ctx.Response.SetStatusCode(code)
+	ctx.Response.Header.SetContentType("text/plain; charset=utf-8")
+	ctx.Response.SetBodyString(msg)
+}
+
+// reject answers a request that names no usable key.
+func (p *Proxy) reject(ctx *fasthttp.RequestCtx, code int, msg string) {
+	p.fail(ctx, code, msg)
+	ctx.Response.AppendBodyString(p.cfg.Header)
+	ctx.Response.AppendBodyString("\n")
+}
+
+// handleError answers a request fasthttp could not read: 431 for a header
+// over MaxHeaderBytes, 413 for a body over MaxBodyBytes, 408 for a read
+// timeout, 400 otherwise. The connection is closed after it.
+func (p *Proxy) handleError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
+		ctx.Error("fuge-proxy: request header too large\n", fasthttp.StatusRequestHeaderFieldsTooLarge)
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		ctx.Error("fuge-proxy: request body too large\n", fasthttp.StatusRequestEntityTooLarge)
+	case errors.As(err, &ne) && ne.Timeout():
+		ctx.Error("fuge-proxy: request timeout\n", fasthttp.StatusRequestTimeout)
+	default:
+		ctx.Error("fuge-proxy: malformed request\n", fasthttp.StatusBadRequest)
+	}
+	p.c.status(ctx.Response.StatusCode())
+}
+
+// isIdempotent reports whether a request may be sent again after it may
+// have been executed (RFC 9110 §9.2.2).
+func isIdempotent(h *fasthttp.RequestHeader) bool {
+	return h.IsGet() || h.IsHead() || h.IsPut() || h.IsDelete() || h.IsOptions() || h.IsTrace()
+}
+
+// wait returns when upd is closed or d has passed.
+func wait(upd <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-upd:
+	case <-t.C:
+	}
+}
