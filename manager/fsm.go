@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
 )
 
 // NodeInfo is where a manager node serves clients; replicated so that any
@@ -33,6 +36,9 @@ type command struct {
 type fsmState struct {
 	Namespaces map[string]*NamespaceState `json:"namespaces"`
 	Nodes      map[string]NodeInfo        `json:"nodes"`
+	// Index is the raft index of the last entry applied, kept so that a
+	// restored snapshot can version what it tells the RingObserver.
+	Index uint64 `json:"index,omitempty"`
 }
 
 // fsm is the raft state machine. Apply is deterministic: it reads no clock
@@ -67,6 +73,8 @@ func (f *fsm) Apply(l *raft.Log) any {
 	}
 	f.mu.Lock()
 	res, views, deleted := f.apply(c)
+	f.st.Index = l.Index
+	rings := f.ringNotes(c, res)
 	f.mu.Unlock()
 	if f.observer != nil {
 		for _, v := range views {
@@ -74,6 +82,11 @@ func (f *fsm) Apply(l *raft.Log) any {
 		}
 		if deleted != "" {
 			f.observer.NamespaceDeleted(deleted)
+		}
+		if ro, ok := f.observer.(RingObserver); ok {
+			for _, r := range rings {
+				ro.NamespaceRing(r.ns, r.view, l.Index)
+			}
 		}
 	}
 	if f.onApply != nil {
@@ -86,6 +99,71 @@ type viewNote struct {
 	ns      string
 	entries []LookupEntry
 	lsn     uint64
+}
+
+type ringNote struct {
+	ns   string
+	view lease.RingView
+}
+
+// ringNotes lists the rings an applied command changed: a created
+// namespace's, and those of the namespaces whose owner records a commit
+// set. A commit that failed part way still applied its earlier parts. The
+// caller holds f.mu.
+func (f *fsm) ringNotes(c command, res any) []ringNote {
+	if f.observer == nil {
+		return nil
+	}
+	if _, ok := f.observer.(RingObserver); !ok {
+		return nil
+	}
+	var names []string
+	switch c.Op {
+	case "create":
+		if res == nil && c.Namespace != nil {
+			names = append(names, c.Namespace.Name)
+		}
+	case "commit":
+		for _, cm := range c.Commits {
+			if cm.Owners != nil && !slices.Contains(names, cm.Namespace) {
+				names = append(names, cm.Namespace)
+			}
+		}
+	}
+	var out []ringNote
+	for _, name := range names {
+		if st, ok := f.st.Namespaces[name]; ok {
+			if v, err := st.RingView(); err == nil {
+				out = append(out, ringNote{name, v})
+			}
+		}
+	}
+	return out
+}
+
+// RingView is the namespace's desired ring as Envoy and gRPC clients route
+// by it: ring.Apportion of RingSize among the owners that are not
+// draining, which depends on the set of names only, so every node derives
+// the same view from the same state, and it is the ring the leader's lease
+// core moves the table toward.
+func (s NamespaceState) RingView() (lease.RingView, error) {
+	v := lease.RingView{RingSize: s.Config.RingSize, Header: s.Config.Header}
+	var names []string
+	addr := map[string]string{}
+	for _, o := range s.Owners {
+		if !o.Draining {
+			names = append(names, o.Name)
+			addr[o.Name] = o.Addr
+		}
+	}
+	owners, err := ring.Apportion(names, s.Config.RingSize)
+	if err != nil {
+		return lease.RingView{}, fmt.Errorf("manager: namespace %q: %w", s.Config.Name, err)
+	}
+	for _, o := range owners { // sorted by name
+		v.Owners = append(v.Owners, lease.RingOwner{Name: o.Name, Addr: addr[o.Name], VNodes: o.VNodes})
+	}
+	return v, nil
 }
 
 func (f *fsm) apply(c command) (res any, views []viewNote, deleted string) {
@@ -216,8 +294,16 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 				f.observer.NamespaceDeleted(name)
 			}
 		}
-		for _, s := range f.states() {
+		states := f.states()
+		for _, s := range states {
 			f.observer.NamespaceView(s.Config.Name, s.Entries, s.LSN)
+		}
+		if ro, ok := f.observer.(RingObserver); ok {
+			for _, s := range states {
+				if v, err := s.RingView(); err == nil {
+					ro.NamespaceRing(s.Config.Name, v, st.Index)
+				}
+			}
 		}
 	}
 	return nil

@@ -47,6 +47,10 @@ func newMetrics(s *Server) *metrics {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fuge_lookups_connected", Help: "Lookup streams open on this node."},
 			func() float64 { return float64(s.cfg.LookupStreams()) }))
 	}
+	if s.cfg.XDSNACKs != nil {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fuge_xds_nacks_total", Help: "xDS requests that rejected a response (error_detail set)."},
+			func() float64 { return float64(s.cfg.XDSNACKs()) }))
+	}
 	return m
 }
 

@@ -33,6 +33,26 @@ type Observer interface {
 // here so that implementers of Observer need not import lease).
 type LookupEntry = lease.Entry
 
+// RingObserver is an Observer that also hears each namespace's desired
+// ring, which the xds package serves to Envoy and proxyless gRPC clients.
+// The FSM calls NamespaceRing when the Observer it is given implements it:
+// on every node, as raft applies the change, when a namespace is created and
+// after every commit that changes its owner records (an owner joins, leaves,
+// expires, drains or restarts), and for every namespace when a snapshot is
+// restored. Version is the raft index of the log entry that made the change
+// (for a restored snapshot, the last one it holds); it is the same on every
+// node and grows with every change. Calls for one namespace come in log
+// order, after its NamespaceView for the same entry, from raft's apply
+// goroutine; they must not block.
+type RingObserver interface {
+	Observer
+	NamespaceRing(ns string, view RingView, version uint64)
+}
+
+// RingView is a namespace's desired ring as Envoy and gRPC clients route by
+// it (lease.RingView, named here for implementers of RingObserver).
+type RingView = lease.RingView
+
 // ServerConfig configures a manager node. Every protocol duration derives
 // from LeaseDuration, so tests run the same protocol in milliseconds.
 type ServerConfig struct {
@@ -65,6 +85,9 @@ type ServerConfig struct {
 	Heartbeat func(ns string)
 	// LookupStreams, when set, reports open lookup streams for /metrics.
 	LookupStreams func() int
+	// XDSNACKs, when set, reports the xDS requests that carried an
+	// error_detail (NACKs) since start, for /metrics.
+	XDSNACKs func() uint64
 }
 
 // DefaultServerConfig returns the documented defaults.

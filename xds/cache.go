@@ -24,6 +24,10 @@ type resource struct {
 	version string
 	any     *anypb.Any
 	delta   *discovery.Resource
+	// explicit marks a resource sent only to subscriptions that name it,
+	// never to wildcard ones (gRPC's API listener, which Envoy, which
+	// subscribes to every Listener, would refuse).
+	explicit bool
 }
 
 func newResource(name, version string, m proto.Message) (*resource, error) {
@@ -32,6 +36,14 @@ func newResource(name, version string, m proto.Message) (*resource, error) {
 		return nil, fmt.Errorf("xds: packing %s: %w", name, err)
 	}
 	return &resource{version: version, any: a, delta: &discovery.Resource{Name: name, Version: version, Resource: a}}, nil
+}
+
+// inScope reports whether a subscription covers the resource r named name.
+func inScope(sub cache.Subscription, name string, r *resource) bool {
+	if _, ok := sub.SubscribedResources()[name]; ok {
+		return true
+	}
+	return sub.IsWildcard() && !r.explicit
 }
 
 // typeCache holds the resources of one type in one namespace. It is
@@ -54,9 +66,15 @@ type typeCache struct {
 	// version is the version_info of SotW responses: the last update's,
 	// never empty (an empty version_info means "nothing accepted yet").
 	version string
-	res     map[string]*resource
-	watches map[uint64]watch
-	nextID  uint64
+	// published is set by the first update: from then on a SotW
+	// subscription by name to a type whose every response is the whole
+	// state (Listeners and Clusters) is answered at once, so that a client
+	// asking for a name that does not exist learns so.
+	published bool
+	fullState bool
+	res       map[string]*resource
+	watches   map[uint64]watch
+	nextID    uint64
 }
 
 // watch is an open SotW or delta watch.
@@ -67,7 +85,13 @@ type watch interface {
 }
 
 func newTypeCache(typeURL string) *typeCache {
-	return &typeCache{typeURL: typeURL, version: "0", res: map[string]*resource{}, watches: map[uint64]watch{}}
+	return &typeCache{
+		typeURL:   typeURL,
+		version:   "0",
+		res:       map[string]*resource{},
+		watches:   map[uint64]watch{},
+		fullState: typeURL == ListenerTypeURL || typeURL == ClusterTypeURL,
+	}
 }
 
 var _ cache.Cache = (*typeCache)(nil)
@@ -89,6 +113,7 @@ func (c *typeCache) clear(version string) {
 
 func (c *typeCache) updateLocked(version string, set map[string]*resource, del []string) {
 	c.version = version
+	c.published = true
 	maps.Copy(c.res, set)
 	for _, name := range del {
 		delete(c.res, name)
@@ -105,18 +130,13 @@ func (c *typeCache) updateLocked(version string, set map[string]*resource, del [
 // no longer subscribed. Both are sorted.
 func (c *typeCache) changes(sub cache.Subscription) (changed, removed []string) {
 	known := sub.ReturnedResources()
-	subscribed := sub.SubscribedResources()
-	inScope := func(name string) bool {
-		_, ok := subscribed[name]
-		return ok || sub.IsWildcard()
-	}
 	for name, r := range c.res {
-		if v, ok := known[name]; inScope(name) && (!ok || v != r.version) {
+		if v, ok := known[name]; inScope(sub, name, r) && (!ok || v != r.version) {
 			changed = append(changed, name)
 		}
 	}
 	for name := range known {
-		if _, ok := c.res[name]; !ok || !inScope(name) {
+		if r, ok := c.res[name]; !ok || !inScope(sub, name, r) {
 			removed = append(removed, name)
 		}
 	}
@@ -128,8 +148,8 @@ func (c *typeCache) changes(sub cache.Subscription) (changed, removed []string) 
 // scope lists the resources a subscription covers, sorted.
 func (c *typeCache) scope(sub cache.Subscription) []string {
 	var out []string
-	for name := range c.res {
-		if _, ok := sub.SubscribedResources()[name]; ok || sub.IsWildcard() {
+	for name, r := range c.res {
+		if inScope(sub, name, r) {
 			out = append(out, name)
 		}
 	}
@@ -164,11 +184,15 @@ func (c *typeCache) track(w watch) func() {
 	}
 }
 
-// CreateWatch opens a state-of-the-world watch. The first request for the
-// type on a stream (no response nonce) is answered at once; later ones,
-// acknowledgements and NACKs alike, when the state in their scope differs
-// from what the stream last received, so a NACK does not bring the same
-// state straight back.
+// CreateWatch opens a state-of-the-world watch. A request answers at once
+// when the state in its scope differs from what the stream last received;
+// acknowledgements and NACKs are otherwise answered when it changes, so a
+// NACK does not bring the same state straight back. The first request for
+// the type on a stream (no response nonce) is answered at once, even when
+// its scope is empty, if it is a wildcard subscription, or names resources
+// of a full-state type (Listener, Cluster) that has been published; a
+// request by name for resources that do not exist otherwise waits for
+// them, as xDS asks of Routes and Endpoints.
 func (c *typeCache) CreateWatch(req *cache.Request, sub cache.Subscription, out chan cache.Response) (func(), error) {
 	if req.GetTypeUrl() != c.typeURL {
 		return nil, fmt.Errorf("%w: %q in a cache of %q", ErrUnknownType, req.GetTypeUrl(), c.typeURL)
@@ -176,7 +200,8 @@ func (c *typeCache) CreateWatch(req *cache.Request, sub cache.Subscription, out 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w := sotwWatch{req: req, sub: sub, out: out}
-	if w.answer(c, req.GetResponseNonce() == "") {
+	first := req.GetResponseNonce() == ""
+	if w.answer(c, first && (sub.IsWildcard() || c.fullState && c.published)) {
 		return nil, nil
 	}
 	return c.track(w), nil

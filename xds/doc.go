@@ -1,6 +1,9 @@
 // Package xds serves the manager's lease table to lookups over xDS, the
 // wire protocol of Envoy and gRPC, as custom resource types (PRS §4.2's
-// snapshot-and-changes rule, with xDS as the protocol).
+// snapshot-and-changes rule, with xDS as the protocol), and each
+// namespace's ring to Envoy and proxyless gRPC clients as Listeners,
+// Routes, Clusters and Endpoints, so that they send every request for a key
+// to its owner with no Fuge code of their own.
 //
 // # Resources
 //
@@ -116,7 +119,74 @@
 // its table current, since the manager calls the observer on every node
 // as raft applies changes, but only the leader sends heartbeats.
 //
-// Issue 5 adds Envoy's Listener, RouteConfiguration, Cluster and
-// ClusterLoadAssignment per namespace as further caches of the same
-// namespace, served by the same streams.
+// # Envoy and proxyless gRPC
+//
+// The lease table also satisfies manager.RingObserver: the manager tells it
+// each namespace's ring view (lease.RingView: R, the routing header, and the
+// owners of the desired ring with their V_h, derived from the replicated
+// owner records) on every node, after every change, versioned by the raft
+// index. BuildEnvoyResources turns a view into, all named after the
+// namespace ns:
+//
+//   - Listener "<ns>/envoy" (EnvoyListenerName) on
+//     LeaseTableConfig.EnvoyListener (default 127.0.0.1:10000), for Envoy;
+//     and Listener "<ns>", an API listener, for gRPC clients dialing
+//     xds:///<ns>. Both hold an HttpConnectionManager with the router filter
+//     and RDS over ADS. The API listener is sent only to subscriptions that
+//     name it: Envoy subscribes to every Listener, and refuses API
+//     listeners that arrive over LDS; gRPC names the one it wants.
+//   - RouteConfiguration "<ns>": one virtual host for every domain, prefix
+//     "/" to cluster ns, hash_policy on the routing header (lower-cased),
+//     terminal, and a retry policy: retry_on
+//     "retriable-status-codes,unavailable", status 421, 5 retries, back-off
+//     from 25 ms to 250 ms.
+//   - Cluster "<ns>": EDS over ADS, RING_HASH with XX_HASH and
+//     minimum_ring_size = maximum_ring_size = R, no health checks, no
+//     outlier detection.
+//   - ClusterLoadAssignment "<ns>": one locality of weight 1 with an
+//     endpoint per owner of the desired ring, load_balancing_weight V_h and
+//     filter_metadata["envoy.lb"]["hash_key"] its name. Since Σ V_h = R and
+//     the ring size is pinned to R, Envoy and gRPC build the manager's ring
+//     entry for entry (package ring, "The ring").
+//
+// Every resource, and the messages packed in it, passes its generated
+// ValidateAll before it is published; a view whose resources do not is
+// logged and counted (Stats.BadRings) and the last good resources stay.
+// Ring views share the namespace's coalescing (at most one publication per
+// FlushInterval, the first at once, the latest winning). A publication
+// compares each resource with the one last published and updates only
+// those that changed, at the view's version: a join or a drain sends new
+// Endpoints and nothing else. Versions are raft indexes, the same on every
+// node and growing with every change; the namespace's LSN would not do,
+// because a change of owners that moves no arc yet (a join, whose arcs are
+// first recalled) commits no lookup-view change and leaves the LSN as it
+// was.
+//
+// Both ADS variants serve these types from further caches of the
+// namespace, on the same streams as the lease table. Listeners and
+// Clusters are full-state types: Envoy subscribes to them by wildcard and
+// every response holds all of them; Routes and Endpoints are subscribed by
+// name. A state-of-the-world subscription by name is answered when a named
+// resource exists, or at once for Listeners and Clusters once the namespace
+// has a ring, so that a client asking for a listener that does not exist
+// learns so. NACKs of these types are logged with their error detail and
+// counted like any other (Stats.NACKs, fuge_xds_nacks_total in /metrics).
+//
+// # Endpoints during a handoff
+//
+// The Endpoints list the owners of the desired ring, not the holders of
+// the leases at that moment. The desired ring is (name, V_h) pairs summing
+// to R, which is exactly what Envoy and gRPC can be told; the granted
+// table in the middle of a handoff is not: an arc being recalled is held by
+// its old owner while the ring's entry for it already names the new one,
+// and no set of weighted endpoints makes Envoy's ring split that way. So
+// when an owner joins or drains, clients switch to the new ring as soon as
+// it is committed, up to one round trip (the recall, then the grant) before
+// the new owner holds what it is now sent. A request in that gap reaches an
+// owner that does not hold its key, which ownerguard refuses (421 over
+// HTTP, UNAVAILABLE over gRPC) and the route retries after 25 ms, 50 ms, ...
+// until the grant has landed: no request is served by a server without the
+// lease, and the handoff costs a retry, not an error. A client that has not
+// yet received the new Endpoints sends requests to the old owner, which
+// still holds its arcs until it releases them, or refuses them once it has.
 package xds

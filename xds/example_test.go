@@ -45,5 +45,28 @@ func Example() {
 	fmt.Printf("%+v\n", table.Stats())
 	// Output:
 	// type.googleapis.com/fuge.v1.ArcBlock orders/block/32
-	// {Namespaces:1 Streams:0 Refused:0 Pushes:0 NACKs:0 BadViews:1 Views:2 Flushes:2}
+	// {Namespaces:1 Streams:0 Refused:0 Pushes:0 NACKs:0 BadViews:1 Views:2 Flushes:2 BadRings:0 Rings:0 RingPushes:0}
+}
+
+// The manager tells the table each namespace's desired ring; the table
+// serves it to Envoy and gRPC as these resources.
+func ExampleBuildEnvoyResources() {
+	view := lease.RingView{RingSize: 4096, Header: "X-Fuge-Key", Owners: []lease.RingOwner{
+		{Name: "a", Addr: "10.0.0.1:8080", VNodes: 2048},
+		{Name: "b", Addr: "10.0.0.2:8080", VNodes: 2048},
+	}}
+	r, err := xds.BuildEnvoyResources("orders", view, xds.DefaultEnvoyListener)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(r.Listener.Name, r.APIListener.Name, r.Route.Name, r.Cluster.Name, r.Endpoints.ClusterName)
+	for _, ep := range r.Endpoints.Endpoints[0].LbEndpoints {
+		fmt.Println(ep.GetMetadata().GetFilterMetadata()["envoy.lb"].GetFields()["hash_key"].GetStringValue(),
+			ep.GetLoadBalancingWeight().GetValue())
+	}
+	// Output:
+	// orders/envoy orders orders orders orders
+	// a 2048
+	// b 2048
 }

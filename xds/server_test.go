@@ -374,7 +374,7 @@ func TestRefusedRequests(t *testing.T) {
 		{"unknown namespace", testNode("nope"), ArcBlockTypeURL, codes.NotFound},
 		{"no namespace", &core.Node{Id: "x"}, ArcBlockTypeURL, codes.InvalidArgument},
 		{"namespace not a string", badMeta, ArcBlockTypeURL, codes.InvalidArgument},
-		{"unknown type", testNode("ns"), "type.googleapis.com/envoy.config.listener.v3.Listener", codes.InvalidArgument},
+		{"unknown type", testNode("ns"), "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", codes.InvalidArgument},
 		{"per-arc type no longer served", testNode("ns"), "type.googleapis.com/fuge.v1.Arc", codes.InvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fuge-project/fuge/api/fugev1"
 	"github.com/fuge-project/fuge/api/wire"
@@ -51,6 +52,13 @@ var (
 
 // LeaseTableConfig configures a LeaseTable. The zero value is valid.
 type LeaseTableConfig struct {
+	// EnvoyListener is the host:port of the Listener that Envoy nodes
+	// receive for their namespace (EnvoyListenerName): where Envoy accepts
+	// the requests it routes. Every namespace's Listener has this address,
+	// since an Envoy node serves one namespace. Default
+	// DefaultEnvoyListener (127.0.0.1:10000); give every manager node the
+	// same value.
+	EnvoyListener string
 	// Logger hears NACKs, refused views and namespaces coming and going.
 	// Default: discard.
 	Logger *slog.Logger
@@ -72,17 +80,21 @@ type Stats struct {
 	BadViews   uint64 // views refused by validation
 	Views      uint64 // valid views received (NamespaceView calls)
 	Flushes    uint64 // views applied to the caches; the others were coalesced
+	BadRings   uint64 // ring views whose Envoy resources failed to build or validate
+	Rings      uint64 // ring views received (NamespaceRing calls)
+	RingPushes uint64 // ring views applied to the caches; the others were coalesced
 }
 
 // LeaseTable serves each namespace's lookup view over xDS: 64
 // fuge.v1.ArcBlock resources and one fuge.v1.Heartbeat. It satisfies the
 // manager's Observer interface. See the package documentation.
 type LeaseTable struct {
-	log   *slog.Logger
-	gate  func(context.Context) error
-	clock clock
-	sotw  sotw.Server
-	delta delta.Server
+	log      *slog.Logger
+	gate     func(context.Context) error
+	clock    clock
+	listener string // the Envoy Listener's address
+	sotw     sotw.Server
+	delta    delta.Server
 
 	mu     sync.RWMutex
 	spaces map[string]*space
@@ -91,6 +103,7 @@ type LeaseTable struct {
 	streams map[streamKey]struct{}
 
 	refused, pushes, nacks, badViews, views, flushes atomic.Uint64
+	badRings, rings, ringPushes                      atomic.Uint64
 }
 
 type streamKey struct {
@@ -114,25 +127,38 @@ func (realClock) AfterFunc(d time.Duration, f func()) func() bool {
 	return time.AfterFunc(d, f).Stop
 }
 
-// space is one namespace: its blocks as last published, the view waiting
-// to be published, and a cache per resource type, which the mux routes
-// requests to. A deleted namespace stays as an empty tombstone, so that a
-// client whose acknowledgement crossed the deletion still receives the
-// removals (see mux.route).
+// space is one namespace: its blocks and Envoy resources as last
+// published, the view and ring waiting to be published, and a cache per
+// resource type, which the mux routes requests to. A deleted namespace
+// stays as an empty tombstone, so that a client whose acknowledgement
+// crossed the deletion still receives the removals (see mux.route).
 type space struct {
 	live   bool                       // it has a view and is not deleted
 	blocks [wire.Blocks][]lease.Entry // each block's arcs as last published, in ring order
 	lsn    uint64                     // the LSN of the last published view
 	seq    uint64                     // heartbeat sequence number
 	caches map[string]*typeCache
+	// ringLive is set once a ring has been published since the namespace
+	// was created or deleted; envoy holds each Envoy resource as last
+	// published, by type URL and name, to tell which ones a ring changes.
+	ringLive bool
+	envoy    map[string]map[string]proto.Message
 
-	// Coalescing: when the view was last published, the latest view not
-	// yet published, and the timer that will publish it (stop is nil when
-	// none is armed; timer tells a stale timer's call from the armed one's).
-	flushed time.Time
-	pending *view
-	stop    func() bool
-	timer   uint64
+	// Coalescing: when the view or ring was last published, the latest
+	// view and ring not yet published, and the timer that will publish
+	// them (stop is nil when none is armed; timer tells a stale timer's
+	// call from the armed one's).
+	flushed     time.Time
+	pending     *view
+	pendingRing *ringNote
+	stop        func() bool
+	timer       uint64
+}
+
+// ringNote is a namespace's ring view as NamespaceRing receives it.
+type ringNote struct {
+	view    lease.RingView
+	version uint64
 }
 
 // view is a namespace's view as NamespaceView receives it. The entries are
@@ -152,12 +178,17 @@ func newLeaseTable(cfg LeaseTableConfig, clk clock) *LeaseTable {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
+	lis := cfg.EnvoyListener
+	if lis == "" {
+		lis = DefaultEnvoyListener
+	}
 	t := &LeaseTable{
-		log:     lg,
-		gate:    cfg.Gate,
-		clock:   clk,
-		spaces:  map[string]*space{},
-		streams: map[streamKey]struct{}{},
+		log:      lg,
+		gate:     cfg.Gate,
+		clock:    clk,
+		listener: lis,
+		spaces:   map[string]*space{},
+		streams:  map[streamKey]struct{}{},
 	}
 	cb := callbacks{t}
 	gl := cpLogger(lg)
@@ -189,21 +220,34 @@ func (t *LeaseTable) NamespaceView(ns string, entries []lease.Entry, version uin
 	t.views.Add(1)
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	sp := t.spaceLocked(ns)
+	sp.pending = &view{entries: entries, lsn: version}
+	t.scheduleLocked(ns, sp, !sp.live)
+}
+
+// spaceLocked returns a namespace's space, made on first use. The caller
+// holds t.mu.
+func (t *LeaseTable) spaceLocked(ns string) *space {
 	sp := t.spaces[ns]
 	if sp == nil {
-		sp = &space{caches: map[string]*typeCache{
-			ArcBlockTypeURL:  newTypeCache(ArcBlockTypeURL),
-			HeartbeatTypeURL: newTypeCache(HeartbeatTypeURL),
-		}}
+		sp = &space{caches: map[string]*typeCache{}, envoy: map[string]map[string]proto.Message{}}
+		for _, typeURL := range []string{ArcBlockTypeURL, HeartbeatTypeURL, ListenerTypeURL, RouteTypeURL, ClusterTypeURL, EndpointTypeURL} {
+			sp.caches[typeURL] = newTypeCache(typeURL)
+		}
 		t.spaces[ns] = sp
 	}
-	v := &view{entries: entries, lsn: version}
+	return sp
+}
+
+// scheduleLocked publishes what a namespace has pending now, when first is
+// set or FlushInterval has passed since the last publication, or else arms
+// the timer that will. The caller holds t.mu.
+func (t *LeaseTable) scheduleLocked(ns string, sp *space, first bool) {
 	now := t.clock.Now()
-	if !sp.live || sp.stop == nil && now.Sub(sp.flushed) >= FlushInterval {
-		t.flushLocked(ns, sp, v)
+	if first || sp.stop == nil && now.Sub(sp.flushed) >= FlushInterval {
+		t.flushLocked(ns, sp)
 		return
 	}
-	sp.pending = v
 	if sp.stop == nil {
 		sp.timer++
 		armed := sp.timer
@@ -211,8 +255,8 @@ func (t *LeaseTable) NamespaceView(ns string, entries []lease.Entry, version uin
 	}
 }
 
-// flushTimer publishes a namespace's kept view when its timer fires,
-// unless the timer was stopped or superseded meanwhile.
+// flushTimer publishes a namespace's kept view and ring when its timer
+// fires, unless the timer was stopped or superseded meanwhile.
 func (t *LeaseTable) flushTimer(ns string, sp *space, armed uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -220,26 +264,41 @@ func (t *LeaseTable) flushTimer(ns string, sp *space, armed uint64) {
 		return
 	}
 	sp.stop = nil
-	if sp.pending != nil {
-		t.flushLocked(ns, sp, sp.pending)
-	}
+	t.flushLocked(ns, sp)
 }
 
-// cancelLocked forgets a namespace's kept view and stops its timer.
+// cancelLocked forgets a namespace's kept view and ring and stops its
+// timer.
 func (sp *space) cancelLocked() {
 	sp.pending = nil
+	sp.pendingRing = nil
 	if sp.stop != nil {
 		sp.stop()
 		sp.stop = nil
 	}
 }
 
-// flushLocked publishes a view: it cuts it into blocks, compares each with
-// the block as last published and updates the changed ones in the cache,
-// at the view's LSN. The caller holds t.mu.
-func (t *LeaseTable) flushLocked(ns string, sp *space, v *view) {
+// flushLocked publishes a namespace's kept view and ring, if any. The
+// caller holds t.mu.
+func (t *LeaseTable) flushLocked(ns string, sp *space) {
+	v, r := sp.pending, sp.pendingRing
 	sp.cancelLocked()
+	if v == nil && r == nil {
+		return
+	}
 	sp.flushed = t.clock.Now()
+	if v != nil {
+		t.publishViewLocked(ns, sp, v)
+	}
+	if r != nil {
+		t.publishRingLocked(ns, sp, r)
+	}
+}
+
+// publishViewLocked publishes a view: it cuts it into blocks, compares each
+// with the block as last published and updates the changed ones in the
+// cache, at the view's LSN. The caller holds t.mu.
+func (t *LeaseTable) publishViewLocked(ns string, sp *space, v *view) {
 	sorted := v.entries // read only: changed blocks are copied below
 	byEnd := func(a, b lease.Entry) int { return cmp.Compare(a.Range.End, b.Range.End) }
 	if !slices.IsSortedFunc(sorted, byEnd) {
@@ -304,6 +363,8 @@ func (t *LeaseTable) NamespaceDeleted(ns string) {
 	sp.blocks = [wire.Blocks][]lease.Entry{}
 	sp.lsn = 0
 	sp.seq = 0
+	sp.ringLive = false
+	clear(sp.envoy)
 	for _, c := range sp.caches {
 		c.clear("deleted")
 	}
@@ -325,9 +386,7 @@ func (t *LeaseTable) Heartbeat(ns string) {
 		t.log.Debug("heartbeat for a namespace without a view", "ns", ns)
 		return
 	}
-	if sp.pending != nil {
-		t.flushLocked(ns, sp, sp.pending)
-	}
+	t.flushLocked(ns, sp)
 	sp.seq++
 	v := strconv.FormatUint(sp.seq, 10)
 	name := HeartbeatName(ns)
@@ -361,6 +420,9 @@ func (t *LeaseTable) Stats() Stats {
 		BadViews:   t.badViews.Load(),
 		Views:      t.views.Load(),
 		Flushes:    t.flushes.Load(),
+		BadRings:   t.badRings.Load(),
+		Rings:      t.rings.Load(),
+		RingPushes: t.ringPushes.Load(),
 	}
 }
 

@@ -63,12 +63,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// from streams the server serves, after Start, when server is set.
 	var server *manager.Server
 	lt := xds.NewLeaseTable(xds.LeaseTableConfig{
-		Logger: log.With("component", "xds"),
-		Gate:   func(ctx context.Context) error { return server.CheckLeader(ctx) },
+		Logger:        log.With("component", "xds"),
+		Gate:          func(ctx context.Context) error { return server.CheckLeader(ctx) },
+		EnvoyListener: c.EnvoyListener,
 	})
-	cfg.Observer = lt
+	cfg.Observer = lt // a manager.RingObserver: it also serves Envoy and gRPC
 	cfg.Heartbeat = lt.Heartbeat
 	cfg.LookupStreams = func() int { return lt.Stats().Streams }
+	cfg.XDSNACKs = func() uint64 { return lt.Stats().NACKs }
 	server, err = manager.NewServer(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "fuge-manager: %v\n", err)

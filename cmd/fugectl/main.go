@@ -55,6 +55,7 @@ func commands() []command {
 		{name: "leases", args: []string{"NS"}, help: "the lease table: each arc's holder, generation, state and expiry", run: (*cli).leases},
 		{name: "owners", args: []string{"NS"}, help: "the live owner sessions, their virtual nodes and last contact", run: (*cli).owners},
 		{name: "drain", args: []string{"NS", "OWNER"}, help: "take OWNER out of the ring of NS; its arcs move to the others", run: (*cli).drain},
+		{name: envoyBootstrapName, help: envoyBootstrapHelp}, // run by runEnvoyBootstrap, with flags of its own
 	}
 }
 
@@ -95,6 +96,9 @@ func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(forma
 // run executes one command line and returns the exit code. now is the
 // clock that "12s ago" is relative to.
 func run(ctx context.Context, args []string, getenv func(string) string, now func() time.Time, stdout, stderr io.Writer) int {
+	if rest, ok := envoyBootstrapArgs(args); ok {
+		return runEnvoyBootstrap(rest, stdout, stderr)
+	}
 	c, cmd, rest, err := parse(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		usage(stdout)

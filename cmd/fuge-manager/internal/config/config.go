@@ -32,6 +32,9 @@ type Config struct {
 	LogLevel slog.Level
 	// MemoryLimit is the Go runtime's soft memory limit in bytes; 0 = unset.
 	MemoryLimit int64
+	// EnvoyListener is the host:port of the Listener the manager's xDS
+	// server gives Envoy nodes (xds.LeaseTableConfig.EnvoyListener).
+	EnvoyListener string
 	// File is the YAML file that was read, or empty.
 	File string
 }
@@ -82,6 +85,9 @@ func settings() []setting {
 		{flag: "heartbeat-interval", env: "FUGE_HEARTBEAT_INTERVAL", key: "heartbeat_interval", arg: "DURATION", def: "lease-duration/6",
 			usage: "how often the leader tells lookups it is alive; under lease-duration",
 			set:   func(c *Config, v string) error { return duration(&c.Server.HeartbeatInterval, v) }},
+		{flag: "envoy-listener", env: "FUGE_ENVOY_LISTENER", key: "envoy_listener", arg: "HOST:PORT", def: "127.0.0.1:10000",
+			usage: "address of the Listener that Envoy nodes are given over xDS (where Envoy accepts\n\trequests); the same on every manager",
+			set:   func(c *Config, v string) error { return hostPort(&c.EnvoyListener, v) }},
 		{flag: "memory-limit", env: "FUGE_MEMORY_LIMIT", key: "memory_limit", arg: "SIZE", def: "0",
 			usage: "soft memory limit for the Go runtime (e.g. 192MiB, 1GiB); 0 leaves Go's default\n\t(GOMEMLIMIT); the GC then returns memory after a burst instead of keeping it",
 			set:   setMemoryLimit},
@@ -98,6 +104,10 @@ const (
 	configFlag = "config"
 	configEnv  = "FUGE_CONFIG"
 )
+
+// DefaultEnvoyListener is the default of --envoy-listener
+// (xds.DefaultEnvoyListener).
+const DefaultEnvoyListener = "127.0.0.1:10000"
 
 // Load builds the configuration from args (without the program name), the
 // environment read through getenv (an empty value counts as unset) and the
@@ -131,7 +141,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("unexpected argument %q (fuge-manager takes only flags)", fs.Arg(0))
 	}
 
-	c := Config{Server: manager.DefaultServerConfig(), LogLevel: slog.LevelInfo}
+	c := Config{Server: manager.DefaultServerConfig(), LogLevel: slog.LevelInfo, EnvoyListener: DefaultEnvoyListener}
 	c.Server.Namespaces = []manager.NamespaceConfig{{Name: "default", RingSize: 4096}}
 
 	if file == "" {

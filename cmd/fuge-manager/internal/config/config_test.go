@@ -41,8 +41,8 @@ func TestDefaults(t *testing.T) {
 	if !reflect.DeepEqual(got.Server, want) {
 		t.Errorf("Load().Server =\n%+v\nwant\n%+v", got.Server, want)
 	}
-	if got.LogLevel != slog.LevelInfo || got.File != "" {
-		t.Errorf("Load() LogLevel, File = %v, %q; want INFO, empty", got.LogLevel, got.File)
+	if got.LogLevel != slog.LevelInfo || got.File != "" || got.EnvoyListener != "127.0.0.1:10000" {
+		t.Errorf("Load() LogLevel, File, EnvoyListener = %v, %q, %q; want INFO, empty, 127.0.0.1:10000", got.LogLevel, got.File, got.EnvoyListener)
 	}
 	// The documented defaults, spelled out, in case DefaultServerConfig drifts.
 	s := got.Server
@@ -74,6 +74,7 @@ log_level: error
 		"FUGE_LEASE_DURATION": "20s",
 		"FUGE_LOG_LEVEL":      "warn",
 		"FUGE_JOIN":           "10.0.0.9:7402",
+		"FUGE_ENVOY_LISTENER": "0.0.0.0:8080",
 		"FUGE_HTTP_ADDR":      "", // empty counts as unset
 	})
 	got, err := Load([]string{"--raft-addr", "10.0.0.3:1", "-lease-duration=12s", "--log-level", "DEBUG"}, e)
@@ -92,6 +93,7 @@ log_level: error
 		{"log retention (file)", s.LogRetention.String(), "1m0s"},
 		{"heartbeat (T/6 of the final T)", s.HeartbeatInterval.String(), "2s"},
 		{"log level (flag)", got.LogLevel.String(), "DEBUG"},
+		{"envoy listener (env)", got.EnvoyListener, "0.0.0.0:8080"},
 		{"file", got.File, path},
 	} {
 		if c.got != c.want {
@@ -220,6 +222,7 @@ func TestErrors(t *testing.T) {
 		{name: "heartbeat not under lease", args: []string{"--lease-duration=10s", "--heartbeat-interval=10s"},
 			want: []string{"heartbeat-interval", "lease-duration"}},
 		{name: "bad address", args: []string{"--grpc-addr", "localhost"}, want: []string{"--grpc-addr", "HOST:PORT"}},
+		{name: "bad envoy listener", args: []string{"--envoy-listener", "10000"}, want: []string{"--envoy-listener", "HOST:PORT"}},
 		{name: "bad port", env: map[string]string{"FUGE_RAFT_ADDR": "127.0.0.1:http"},
 			want: []string{"FUGE_RAFT_ADDR", "port"}},
 		{name: "empty node id", file: "node_id: ''\n", want: []string{"node_id", "empty"}},

@@ -1,0 +1,96 @@
+package xds
+
+import (
+	"strconv"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fuge-project/fuge/lease"
+)
+
+// NamespaceRing publishes a namespace's ring view as Envoy and proxyless
+// gRPC resources (BuildEnvoyResources): the two Listeners, the
+// RouteConfiguration, the Cluster and the ClusterLoadAssignment. Version
+// is the raft index of the change; it becomes the version of every
+// resource the view changes, and the SotW version_info of their types.
+// Resources the view leaves as they were keep their version and are not
+// sent again.
+//
+// Ring views are coalesced with the namespace's lease-table views: the
+// first ring view of a namespace is applied at once, later ones at most
+// once per FlushInterval, the latest one winning. A view whose resources
+// fail to build or validate is logged, counted (Stats.BadRings) and
+// skipped. The owners slice must not be modified afterwards. It satisfies
+// manager.RingObserver.
+func (t *LeaseTable) NamespaceRing(ns string, v lease.RingView, version uint64) {
+	t.rings.Add(1)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sp := t.spaceLocked(ns)
+	sp.pendingRing = &ringNote{view: v, version: version}
+	t.scheduleLocked(ns, sp, !sp.ringLive)
+}
+
+// publishRingLocked builds a ring view's resources, compares each with the
+// one last published and updates the changed ones, at the view's version.
+// The caller holds t.mu.
+func (t *LeaseTable) publishRingLocked(ns string, sp *space, r *ringNote) {
+	res, err := BuildEnvoyResources(ns, r.view, t.listener)
+	if err != nil {
+		t.badRings.Add(1)
+		t.log.Error("refusing namespace ring", "ns", ns, "version", r.version, "err", err)
+		return
+	}
+	version := strconv.FormatUint(r.version, 10)
+	type item struct {
+		typeURL, name string
+		m             proto.Message
+		explicit      bool
+	}
+	items := []item{
+		{ListenerTypeURL, res.Listener.GetName(), res.Listener, false},
+		{ListenerTypeURL, res.APIListener.GetName(), res.APIListener, true},
+		{RouteTypeURL, res.Route.GetName(), res.Route, false},
+		{ClusterTypeURL, res.Cluster.GetName(), res.Cluster, false},
+		{EndpointTypeURL, res.Endpoints.GetClusterName(), res.Endpoints, false},
+	}
+	sets := map[string]map[string]*resource{}
+	for _, it := range items {
+		if old := sp.envoy[it.typeURL][it.name]; old != nil && proto.Equal(old, it.m) {
+			continue
+		}
+		rs, err := newResource(it.name, version, it.m)
+		if err != nil {
+			t.badRings.Add(1)
+			t.log.Error("refusing namespace ring", "ns", ns, "version", r.version, "err", err)
+			return
+		}
+		rs.explicit = it.explicit
+		if sets[it.typeURL] == nil {
+			sets[it.typeURL] = map[string]*resource{}
+		}
+		sets[it.typeURL][it.name] = rs
+	}
+	t.ringPushes.Add(1)
+	if !sp.ringLive {
+		sp.ringLive = true
+		t.log.Info("serving namespace to Envoy and gRPC", "ns", ns, "owners", len(r.view.Owners), "version", r.version)
+	}
+	for _, it := range items {
+		if rs := sets[it.typeURL][it.name]; rs != nil {
+			if sp.envoy[it.typeURL] == nil {
+				sp.envoy[it.typeURL] = map[string]proto.Message{}
+			}
+			sp.envoy[it.typeURL][it.name] = it.m
+		}
+	}
+	// Endpoints before Clusters and Routes before Listeners: a client that
+	// follows a new reference finds what it refers to (make before break;
+	// the names never change today, so this only matters to a future
+	// rename).
+	for _, typeURL := range []string{EndpointTypeURL, ClusterTypeURL, RouteTypeURL, ListenerTypeURL} {
+		if set := sets[typeURL]; len(set) > 0 {
+			sp.caches[typeURL].update(version, set, nil)
+		}
+	}
+}
