@@ -42,7 +42,7 @@ sim: ## Run the simulator over SEEDS seeds, or replay SEED
 proto: ## Regenerate api/fugev1 from proto/ (installs protoc and plugins)
 	scripts/proto.sh
 
-demo: ## Run the demo (for now, one simulated schedule, then 100 checked ones)
+demo: ## Run the demo: manager, 3 presence servers, fuge-proxy under load; kill one, add one, check every read
 	scripts/demo.sh
 
 tidy: ## Tidy go.mod and go.sum

@@ -1,6 +1,13 @@
-// Package examples will hold small runnable programs showing how an
-// application adopts Fuge: a backend wrapped in ownerguard middleware
-// (net/http, fasthttp, gRPC), a pool behind fuge-proxy or Envoy, and a
-// proxyless gRPC client dialing xds:///<namespace>. Nothing imports it. It
-// arrives with a later issue; nothing here yet.
+// Package examples holds small runnable programs showing how an application
+// adopts Fuge. Nothing imports it.
+//
+//   - presence: the device-connectivity service of Centrifuge §4, a backend
+//     behind the ownerguard middleware in PRS's five-step pattern, with a
+//     client library that republishes devices when a loss notification
+//     covers them;
+//   - demo: what `make demo` runs: a manager, presence servers and
+//     fuge-proxy on 127.0.0.1, under load, through a crash and a join;
+//   - envoy: an Envoy bootstrap for running Envoy in front of the pool;
+//   - grpc: a proxyless gRPC key-value service and a client dialing
+//     xds:///<namespace>.
 package examples

@@ -81,4 +81,87 @@
 // what it holds under the same generations. Close half-closes the stream
 // after the checks have stopped answering, so the manager can tell the end
 // of an incarnation (io.EOF) from a lost connection.
+//
+// # Middleware
+//
+// Guard applies PRS Fig. 4 to one key per request, around a net/http
+// handler (Guard.HTTP), a fasthttp handler (Guard.FastHTTP) or a gRPC
+// service (Guard.UnaryServerInterceptor, Guard.StreamServerInterceptor).
+// It asks a Checker, which an *Owner is.
+//
+// Before the handler. The key is the value of the routing header
+// (GuardConfig.Header, X-Fuge-Key by default; gRPC metadata x-fuge-key),
+// or what the transport's key function returns, hashed as every router
+// hashes it (ring.HashString, XXH64 with seed 0). A request with no key, an
+// empty key or the header repeated (the proxy refuses repeats too, since
+// Envoy and gRPC combine them differently) gets 400 (gRPC:
+// InvalidArgument); so does a Fuge-Generation that is not one decimal
+// number. A key not held here gets 421 Misdirected Request (gRPC: see
+// below) with a one-line text body naming this server; so
+// does a request whose Fuge-Generation is newer than the generation held,
+// because its router has heard of a grant this server has not. The handler
+// has not run, so a router may retry either elsewhere, or after the next
+// table change, whatever the method.
+//
+// The handler finds the handle in its context (HandleFromContext; also
+// HandleFromFastHTTP and HandleFromResponseWriter) and stores it with any
+// state it creates, to check it before that state is trusted again. Every
+// answer carries Fuge-Owner (GuardConfig.Name); every answer the handler
+// made carries Fuge-Generation, the handle's generation, a fencing token
+// for clients and storage.
+//
+// After the handler the guard calls CheckContinuousOwnership. If the lease
+// was lost, the answer may rest on state that is no longer this server's,
+// and the guard replaces what it still can:
+//
+//   - net/http buffers the status and body (in pooled buffers) until the
+//     handler returns; on a loss it drops them, with the headers the
+//     handler set (not those set before the guard ran), and answers 503
+//     with Retry-After. What cannot be held back, a body beyond
+//     MaxBufferedBody, a Flush or a Hijack, is committed at that point
+//     after a check, and from then on every Write is checked first. A loss
+//     after the commit makes Write return ErrOwnershipLost, and when the
+//     handler returns the guard panics with http.ErrAbortHandler: net/http
+//     resets the HTTP/2 stream, or closes the HTTP/1.1 connection before
+//     the body is complete, so the client sees a broken response, never a
+//     complete stale one. (Not so for an HTTP/1.0 body delimited by the
+//     close; and bytes that had left before the loss were checked when
+//     written.) A recovering middleware outside the guard must re-panic
+//     http.ErrAbortHandler. A hijacked connection belongs to the handler:
+//     the guard checks before handing it over, never after.
+//   - fasthttp writes the response only after the handler returns, so the
+//     guard always replaces it with 503 and Retry-After: a body stream is
+//     closed unread, and a hijack the handler asked for is cancelled. But
+//     a body stream, and a hijack handler when the lease holds, run after
+//     the check: a handler that streams should check the handle itself as
+//     it writes (HandleFromFastHTTP holds until the response is written).
+//   - gRPC unary: the reply, or the handler's error, which may be just as stale
+//     (a NotFound from lost state), becomes codes.Unavailable "fuge: lease
+//     lost during the request". Header metadata (fuge-generation,
+//     fuge-owner) is set before the handler runs, so it comes with that
+//     status too.
+//   - gRPC streams: a message sent cannot be recalled, so every SendMsg is
+//     checked first, and every message that left was computed under the
+//     lease. After a loss SendMsg returns that Unavailable status, and the
+//     stream ends with it whatever the handler returns.
+//
+// gRPC refusals of a misdirected RPC are codes.Unavailable with a message
+// starting "fuge: misdirected" and the trailer "fuge-misdirected: 1".
+// Unavailable, not FailedPrecondition, because it is the code that gRPC's
+// retry policy (retryableStatusCodes) and xDS routes (retry_on
+// "unavailable") are configured to retry, and a ring_hash client retries
+// where its ring points by then. Unavailable also covers a lost lease,
+// after the handler ran: IsMisdirected tells the two apart, for clients
+// that must not repeat a non-idempotent RPC.
+//
+// Costs (BenchmarkMiddleware): neither the fasthttp guard nor the net/http
+// guard with GuardConfig.HTTPNoContext allocates in the steady state (pooled
+// response writers, buffers and handle boxes; header values formatted once
+// per generation). Putting the handle in a net/http request's context costs
+// one allocation: the copy of the request that http.Request.WithContext
+// makes, which carries the context node. The gRPC interceptors allocate the
+// context node and grpc-go's copy of the metadata value they read, and
+// grpc-go allocates again to merge the header metadata into the stream's.
+// Much of the time is the Owner's: each of the two checks reads the
+// monotonic clock.
 package ownerguard

@@ -1,20 +1,17 @@
 #!/usr/bin/env bash
-# The demo. The real one (a manager, a pool of backends behind fuge-proxy and
-# Envoy) arrives with the manager service and the data plane; until then it
-# shows the lease protocol itself, in the deterministic simulator.
+# The demo: builds fuge-manager, fuge-proxy, the presence example server and
+# the demo driver into a temporary directory, then runs the driver, which
+# starts a manager, three presence servers and fuge-proxy on 127.0.0.1,
+# drives load through the proxy, kills a server, starts a fourth, checks every
+# read, and stops everything it started. Its exit status is the verdict.
+# Extra arguments go to the driver (go run ./examples/demo -h lists them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cat <<'MSG'
-demo: the manager service and the data plane have not landed yet, so this demo
-shows the lease protocol itself: the pure cores of one manager, its owners and
-its lookups, in the deterministic simulator. First one schedule with its
-faults as they happen (crashes, restarts, pauses longer than a lease,
-partitions, joins, leaves, drains, over links that drop, duplicate and reorder),
-then 100 schedules checked at every event for the single-copy guarantee, the
-loss-notification bound and liveness.
+bin="$(mktemp -d "${TMPDIR:-/tmp}/fuge-demo-bin.XXXXXX")"
+trap 'rm -rf "$bin"' EXIT
 
-MSG
-go run ./sim -seed 1 -v
+echo "building into $bin ..."
+go build -o "$bin/" ./cmd/fuge-manager ./cmd/fuge-proxy ./examples/presence/cmd/presence-server ./examples/demo
 echo
-exec go run ./sim -seeds 100
+"$bin/demo" --bin "$bin" "$@"

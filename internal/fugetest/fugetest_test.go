@@ -16,7 +16,7 @@ func TestManagerOwnersLookup(t *testing.T) {
 	m.Settled(t, l, "a", "b")
 	held := map[string]int{}
 	for i := range 200 {
-		h := ring.HashString(string(rune('a' + i%26)) + string(rune('0'+i/26)))
+		h := ring.HashString(string(rune('a'+i%26)) + string(rune('0'+i/26)))
 		addr, _, gen, ok := l.Lookup(h)
 		if !ok {
 			t.Fatalf("lookup of %x: no owner", h)

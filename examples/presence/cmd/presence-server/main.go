@@ -1,0 +1,106 @@
+// Command presence-server runs one server of the presence example: the
+// presence service behind ownerguard, holding the leases of its share of the
+// device ids.
+//
+//	presence-server --name p1 --listen 127.0.0.1:9001 --managers 127.0.0.1:7401
+//
+// It stops on SIGINT or SIGTERM: it stops serving, then ends its lease session
+// so the manager can hand its ranges on at once. Exit 2 means a bad command
+// line, 1 a failure.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fuge-project/fuge/examples/presence"
+	"github.com/fuge-project/fuge/ownerguard"
+	"github.com/fuge-project/fuge/ring"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("presence-server", flag.ContinueOnError)
+	name := fs.String("name", "", "the owner's stable name (its ring hash_key); required")
+	listen := fs.String("listen", "127.0.0.1:9001", "HTTP address to serve on, advertised to routers")
+	managers := fs.String("managers", "127.0.0.1:7401", "comma-separated gRPC addresses of the managers")
+	namespace := fs.String("namespace", "default", "the namespace (pool) to join")
+	leaseDur := fs.Duration("lease-duration", ownerguard.DefaultLeaseDuration, "lease T; must equal the namespace's")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *name == "" || fs.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "presence-server: --name is required and there are no arguments")
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("server", *name)
+	if err := serve(log, *name, *listen, strings.Split(*managers, ","), *namespace, *leaseDur); err != nil {
+		log.Error("presence-server failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func serve(log *slog.Logger, name, listen string, managers []string, ns string, leaseDur time.Duration) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	var srv *presence.Server
+	owner, err := ownerguard.NewOwner(ownerguard.OwnerConfig{
+		Managers: managers, Namespace: ns, Name: name, Addr: ln.Addr().String(),
+		LeaseDuration: leaseDur, Logger: log,
+		OnOwnership: func(granted, revoked []ring.Range) {
+			dropped := srv.Drop(revoked)
+			log.Info("ownership changed", "granted", len(granted), "revoked", len(revoked),
+				"devices_dropped", dropped, "devices_held", srv.Len())
+		},
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	srv = presence.NewServer(owner)
+	guard, err := ownerguard.NewGuard(owner, ownerguard.GuardConfig{Name: name})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if err := owner.Start(ctx); err != nil {
+		ln.Close()
+		return err
+	}
+	hs := &http.Server{Handler: guard.HTTP(srv), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("serving", "addr", ln.Addr().String(), "managers", strings.Join(managers, ","), "namespace", ns)
+
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		log.Info("stopping")
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = hs.Shutdown(sctx)
+		cancel()
+	}
+	owner.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
