@@ -226,16 +226,6 @@ func (f *fsm) states() []NamespaceState {
 	return out
 }
 
-func (f *fsm) namespaceConfigs() []NamespaceConfig {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	out := make([]NamespaceConfig, 0, len(f.st.Namespaces))
-	for _, name := range slices.Sorted(maps.Keys(f.st.Namespaces)) {
-		out = append(out, f.st.Namespaces[name].Config)
-	}
-	return out
-}
-
 func (f *fsm) namespaceConfig(ns string) (NamespaceConfig, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()

@@ -130,10 +130,9 @@ func (s *Server) Start(register func(*grpc.Server)) (err error) {
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(s.cfg.MaxMessageBytes),
-		// Thousands of idle client connections: share write buffers and keep
-		// read buffers small, or per-connection buffers (64 KiB each by
-		// default) dominate the manager's memory.
-		grpc.SharedWriteBuffer(true),
+		// Thousands of idle client connections: keep read buffers small, or
+		// per-connection buffers (64 KiB each by default) dominate the
+		// manager's memory (write buffers are shared by default).
 		grpc.ReadBufferSize(8<<10),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		// Clients ping the manager (and a dead owner's session expires after

@@ -33,7 +33,6 @@ type envoyCase struct {
 	counts    []int // Envoy's min/max_hashes_per_host stats, per host here
 	ring      []envoyEntry
 	probes    []envoyProbe
-	entryHost map[uint64]int // HostWeightedTinyRing's map from probe to host
 }
 
 func ports(ws []uint32, ps ...int) []EnvoyHost {

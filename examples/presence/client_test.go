@@ -184,13 +184,13 @@ func router(t *testing.T, l *lb.Lookup) string {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		addr, _, _, ok := l.LookupKey(r.Header.Get(presence.DefaultHeader))
 		if !ok {
-			http.Error(w, "no holder", 503)
+			http.Error(w, "no holder", http.StatusServiceUnavailable)
 			return
 		}
 		rp := &httputil.ReverseProxy{
 			Rewrite:        func(pr *httputil.ProxyRequest) { pr.SetURL(&url.URL{Scheme: "http", Host: addr}) },
 			ModifyResponse: func(resp *http.Response) error { return misdirected(resp) },
-			ErrorHandler:   func(w http.ResponseWriter, _ *http.Request, _ error) { http.Error(w, "upstream", 503) },
+			ErrorHandler:   func(w http.ResponseWriter, _ *http.Request, _ error) { http.Error(w, "upstream", http.StatusServiceUnavailable) },
 		}
 		rp.ServeHTTP(w, r)
 	})
