@@ -301,9 +301,11 @@ func (n *namespace) desiredRing() *ring.Ring {
 func (n *namespace) reconcile() {
 	d := n.desired
 	if d.Len() > 0 {
-		for _, e := range d.Entries() {
-			n.table.Split(e.Hash)
+		hs := make([]uint64, d.Len())
+		for i, e := range d.Entries() {
+			hs[i] = e.Hash
 		}
+		n.table.SplitSorted(hs)
 	}
 	for i := 0; i < n.table.Len(); i++ {
 		a := n.table.Value(i)

@@ -88,6 +88,34 @@ func (t *Table[V]) Split(x uint64) int {
 	return i
 }
 
+// SplitSorted does what Split does for every x in xs, which must be in
+// ascending order (duplicates allowed), in one pass: O(Len() + len(xs))
+// instead of one insertion per new boundary. The manager splits its lease
+// table at every entry of the desired ring (up to 2^23) on each change.
+func (t *Table[V]) SplitSorted(xs []uint64) {
+	n := len(t.ends)
+	ends := make([]uint64, 0, n+len(xs))
+	vals := make([]V, 0, n+len(xs))
+	i := 0
+	for _, x := range xs {
+		for i < n && t.ends[i] < x {
+			ends, vals = append(ends, t.ends[i]), append(vals, t.vals[i])
+			i++
+		}
+		if i < n && t.ends[i] == x || len(ends) > 0 && ends[len(ends)-1] == x {
+			continue
+		}
+		// x lies in arc i, or past the last end, in the wrapping arc 0.
+		v := t.vals[0]
+		if i < n {
+			v = t.vals[i]
+		}
+		ends, vals = append(ends, x), append(vals, v)
+	}
+	ends, vals = append(ends, t.ends[i:]...), append(vals, t.vals[i:]...)
+	t.ends, t.vals = ends, vals
+}
+
 // Refine splits the table at every boundary of r.
 func (t *Table[V]) Refine(r Range) {
 	t.Split(r.Start)

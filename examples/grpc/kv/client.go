@@ -1,0 +1,96 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/resolver"
+	grpcxds "google.golang.org/grpc/xds" // the xds:/// resolver, ring_hash and the rest of grpc-go's xDS client
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/fuge-project/fuge/xds"
+)
+
+// ErrNoManagers is returned by Bootstrap and Dial without a manager address.
+var ErrNoManagers = errors.New("kv: no manager addresses")
+
+// Bootstrap returns a grpc-go xDS bootstrap (gRFC A27) for a client of
+// namespace: the managers as its xDS servers, over plaintext, tried in
+// order, and a node named node whose metadata names the namespace
+// (xds.NamespaceMetadataKey), which is how the manager knows which
+// namespace's Listener, route, cluster and endpoints to send. Write it to a
+// file named by GRPC_XDS_BOOTSTRAP, or put it in GRPC_XDS_BOOTSTRAP_CONFIG,
+// for any grpc-go program to dial xds:///<namespace>.
+func Bootstrap(managers []string, namespace, node string) ([]byte, error) {
+	if len(managers) == 0 {
+		return nil, ErrNoManagers
+	}
+	var servers []any
+	for _, m := range managers {
+		servers = append(servers, map[string]any{
+			"server_uri":      m,
+			"channel_creds":   []any{map[string]any{"type": "insecure"}},
+			"server_features": []string{"xds_v3"},
+		})
+	}
+	return json.MarshalIndent(map[string]any{
+		"xds_servers": servers,
+		"node": map[string]any{
+			"id":       node,
+			"cluster":  namespace,
+			"metadata": map[string]any{xds.NamespaceMetadataKey: namespace},
+		},
+	}, "", "  ")
+}
+
+// Dial returns a client of xds:///<namespace>. If GRPC_XDS_BOOTSTRAP or
+// GRPC_XDS_BOOTSTRAP_CONFIG is set, grpc-go's registered xds resolver reads
+// its bootstrap from there and managers and node are ignored. Otherwise the
+// bootstrap is Bootstrap(managers, namespace, node), handed to grpc-go
+// through xds.NewXDSResolverWithConfigForTesting: grpc-go reads its
+// bootstrap variables once, when the program starts, so a program cannot
+// set them for itself, and that is grpc-go's only public way to pass a
+// bootstrap in code (it marks it experimental). opts are added to the
+// defaults (plaintext).
+func Dial(managers []string, namespace, node string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
+	if os.Getenv("GRPC_XDS_BOOTSTRAP") == "" && os.Getenv("GRPC_XDS_BOOTSTRAP_CONFIG") == "" {
+		b, err := Bootstrap(managers, namespace, node)
+		if err != nil {
+			return nil, err
+		}
+		var r resolver.Builder
+		if r, err = grpcxds.NewXDSResolverWithConfigForTesting(b); err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.WithResolvers(r))
+	}
+	return grpc.NewClient("xds:///"+namespace, opts...)
+}
+
+// Get returns key's value: NotFound if there is none, UNAVAILABLE if the
+// call reached a server that does not hold the key (ownerguard.IsMisdirected)
+// after the route's retries, which is safe to try again.
+func Get(ctx context.Context, cc grpc.ClientConnInterface, key string, opts ...grpc.CallOption) ([]byte, error) {
+	out := new(wrapperspb.BytesValue)
+	if err := cc.Invoke(withKey(ctx, key), GetMethod, &emptypb.Empty{}, out, opts...); err != nil {
+		return nil, err
+	}
+	return out.GetValue(), nil
+}
+
+// Put sets key's value. Errors are as for Get; a misdirected Put was not
+// applied, so it is safe to try again.
+func Put(ctx context.Context, cc grpc.ClientConnInterface, key string, value []byte, opts ...grpc.CallOption) error {
+	return cc.Invoke(withKey(ctx, key), PutMethod, wrapperspb.Bytes(value), &emptypb.Empty{}, opts...)
+}
+
+func withKey(ctx context.Context, key string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, KeyMetadata, key)
+}

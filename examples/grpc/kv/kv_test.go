@@ -1,0 +1,173 @@
+package kv_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/fuge-project/fuge/examples/grpc/kv"
+	"github.com/fuge-project/fuge/internal/fugetest"
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ownerguard"
+	"github.com/fuge-project/fuge/ring"
+)
+
+const defaultTestTimeout = 30 * time.Second
+
+// serve runs srv on ln behind a guard over c, named name.
+func serve(t *testing.T, ln net.Listener, c ownerguard.Checker, srv *kv.Server, name string) {
+	t.Helper()
+	g, err := ownerguard.NewGuard(c, ownerguard.GuardConfig{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(grpc.UnaryInterceptor(g.UnaryServerInterceptor()))
+	srv.Register(gs)
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// retry calls fn until it does not fail as misdirected, as kv-client does.
+func retry(ctx context.Context, fn func() error) error {
+	for {
+		err := fn()
+		if !ownerguard.IsMisdirected(err) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond): // back off while the range changes hands
+		}
+	}
+}
+
+// TestThroughXDS runs the example end to end: a manager, two kv servers and
+// a client that dials xds:///ns. Every key is answered by the server the
+// lease table names, and reads return what was written.
+func TestThroughXDS(t *testing.T) {
+	m := fugetest.StartManager(t, fugetest.Options{})
+	for _, name := range []string{"s1", "s2"} {
+		ln := listen(t)
+		o := m.Owner(t, name, ln.Addr().String(), nil)
+		serve(t, ln, o, kv.NewServer(o), name)
+	}
+	l := m.Lookup(t, "l", nil)
+	m.Settled(t, l, "s1", "s2")
+	cc, err := kv.Dial([]string{m.GRPCAddr}, m.NS, "kv-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+
+	per := map[string]int{}
+	for i := range 100 {
+		k := "key-" + strconv.Itoa(i)
+		var hdr metadata.MD
+		if err := retry(ctx, func() error { return kv.Put(ctx, cc, k, []byte("v"+k), grpc.Header(&hdr)) }); err != nil {
+			t.Fatalf("put %s: %v", k, err)
+		}
+		if got, err := get(ctx, cc, k, grpc.Header(&hdr)); err != nil || string(got) != "v"+k {
+			t.Fatalf("get %s = %q, %v; want %q", k, got, err, "v"+k)
+		}
+		var want lease.Entry
+		for _, e := range l.Entries() {
+			if e.Range.Contains(ring.HashString(k)) {
+				want = e
+			}
+		}
+		gen := strconv.FormatUint(uint64(want.Gen), 10)
+		if o, g := hdr.Get("fuge-owner"), hdr.Get("fuge-generation"); len(o) != 1 || o[0] != want.Owner || len(g) != 1 || g[0] != gen {
+			t.Errorf("key %s served by %v under generation %v; the lease table says %s, %s", k, o, g, want.Owner, gen)
+		}
+		per[want.Owner]++
+	}
+	if len(per) != 2 {
+		t.Errorf("keys spread over %v, want both servers", per)
+	}
+	if _, err := get(ctx, cc, "missing"); status.Code(err) != codes.NotFound {
+		t.Errorf("get of a missing key: %v, want NotFound", err)
+	}
+}
+
+// get is kv.Get, retried while misdirected.
+func get(ctx context.Context, cc *grpc.ClientConn, k string, opts ...grpc.CallOption) ([]byte, error) {
+	var v []byte
+	err := retry(ctx, func() error {
+		var err error
+		v, err = kv.Get(ctx, cc, k, opts...)
+		return err
+	})
+	return v, err
+}
+
+// fakeOwner holds every key under one generation, which a test changes to
+// simulate a loss and a new grant.
+type fakeOwner struct{ gen atomic.Uint64 }
+
+func (f *fakeOwner) GetOwnershipHandle(h uint64) (ownerguard.Handle, bool) {
+	g := f.gen.Load()
+	return ownerguard.Handle{Key: h, Range: ring.Full(), Gen: lease.Gen(g)}, g != 0
+}
+
+func (f *fakeOwner) CheckContinuousOwnership(h ownerguard.Handle) bool {
+	return h.Gen != 0 && uint64(h.Gen) == f.gen.Load()
+}
+
+// TestStaleValueNotServed: a value written under a generation that was lost
+// since is never served, and Drop forgets it; a key not held is refused as
+// misdirected.
+func TestStaleValueNotServed(t *testing.T) {
+	f := &fakeOwner{}
+	f.gen.Store(7)
+	srv := kv.NewServer(f)
+	ln := listen(t)
+	serve(t, ln, f, srv, "s1")
+	cc, err := grpc.NewClient("passthrough:///"+ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+
+	if err := kv.Put(ctx, cc, "a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Put(ctx, cc, "b", []byte("2")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := kv.Get(ctx, cc, "a"); err != nil || string(v) != "1" {
+		t.Fatalf("get a = %q, %v; want 1", v, err)
+	}
+	f.gen.Store(0) // lost
+	if _, err := kv.Get(ctx, cc, "a"); !ownerguard.IsMisdirected(err) {
+		t.Fatalf("get while not held: %v, want misdirected", err)
+	}
+	f.gen.Store(9) // granted again: "a" and "b" may have been written elsewhere meanwhile
+	if _, err := kv.Get(ctx, cc, "a"); status.Code(err) != codes.NotFound {
+		t.Fatalf("get of a value from generation 7 under 9: %v, want NotFound", err)
+	}
+	if n := srv.Drop([]ring.Range{ring.Full()}); n != 1 || srv.Len() != 0 {
+		t.Fatalf("Drop = %d, Len %d; want 1 (b), 0", n, srv.Len())
+	}
+}
