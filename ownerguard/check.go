@@ -31,9 +31,14 @@ func (c *Core) View() *View { return c.view }
 // GetOwnershipHandle reports whether the key with hash keyHash is held at
 // now and, if so, returns a handle on it (PRS §2.2, step 1).
 func (v *View) GetOwnershipHandle(keyHash uint64, now time.Time) (Handle, bool) {
+	return v.handleAt(keyHash, now.UnixNano())
+}
+
+// handleAt is GetOwnershipHandle at now in unix nanoseconds.
+func (v *View) handleAt(keyHash uint64, now int64) (Handle, bool) {
 	i := v.t.Find(keyHash)
 	r, s := v.t.At(i)
-	if !s.Held || s.Expiry <= now.UnixNano() {
+	if !s.Held || s.Expiry <= now {
 		return Handle{}, false
 	}
 	return Handle{Key: keyHash, Range: canon(r), Gen: s.Gen}, true
@@ -44,8 +49,13 @@ func (v *View) GetOwnershipHandle(keyHash uint64, now time.Time) (Handle, bool) 
 // 4): it is held at now under h's generation. See the package documentation
 // for why equal generations imply continuity.
 func (v *View) CheckContinuousOwnership(h Handle, now time.Time) bool {
+	return v.continuousAt(h, now.UnixNano())
+}
+
+// continuousAt is CheckContinuousOwnership at now in unix nanoseconds.
+func (v *View) continuousAt(h Handle, now int64) bool {
 	s := v.t.Get(h.Key)
-	return s.Held && s.Expiry > now.UnixNano() && s.Gen == h.Gen
+	return s.Held && s.Expiry > now && s.Gen == h.Gen
 }
 
 // CheckLeaseNow is Centrifuge's name (§3.2) for GetOwnershipHandle: it

@@ -139,7 +139,9 @@
 //     (a NotFound from lost state), becomes codes.Unavailable "fuge: lease
 //     lost during the request". Header metadata (fuge-generation,
 //     fuge-owner) is set before the handler runs, so it comes with that
-//     status too.
+//     status too, which makes the response not trailers-only: grpc-go's
+//     retry policy (and an xDS route's) does not retry it, as it should
+//     not, since the handler ran.
 //   - gRPC streams: a message sent cannot be recalled, so every SendMsg is
 //     checked first, and every message that left was computed under the
 //     lease. After a loss SendMsg returns that Unavailable status, and the
@@ -147,6 +149,8 @@
 //
 // gRPC refusals of a misdirected RPC are codes.Unavailable with a message
 // starting "fuge: misdirected" and the trailer "fuge-misdirected: 1".
+// Every refusal is trailers-only (fuge-owner and fuge-generation go in the
+// trailer), because grpc-go retries only trailers-only responses.
 // Unavailable, not FailedPrecondition, because it is the code that gRPC's
 // retry policy (retryableStatusCodes) and xDS routes (retry_on
 // "unavailable") are configured to retry, and a ring_hash client retries
@@ -154,14 +158,36 @@
 // after the handler ran: IsMisdirected tells the two apart, for clients
 // that must not repeat a non-idempotent RPC.
 //
-// Costs (BenchmarkMiddleware): neither the fasthttp guard nor the net/http
-// guard with GuardConfig.HTTPNoContext allocates in the steady state (pooled
-// response writers, buffers and handle boxes; header values formatted once
-// per generation). Putting the handle in a net/http request's context costs
-// one allocation: the copy of the request that http.Request.WithContext
-// makes, which carries the context node. The gRPC interceptors allocate the
-// context node and grpc-go's copy of the metadata value they read, and
-// grpc-go allocates again to merge the header metadata into the stream's.
-// Much of the time is the Owner's: each of the two checks reads the
-// monotonic clock.
+// Costs. BenchmarkMiddleware runs each guard beside the bare handler it
+// wraps, so a guard's cost is the difference between the two; its "check"
+// is the Owner's share, the two checks alone. Each check reads the
+// monotonic clock (the default clock is read directly, with no interface
+// call and no time.Time), and those two reads are most of the check and a
+// large part of the whole guard; they are never cached or coarsened, since a
+// check on an old reading could admit a request after the lease ran out.
+// The rest is the transport's: finding the routing header and
+// Fuge-Generation, hashing the key, handing the handle over and stamping
+// the two response headers (fasthttp copies and scans each value it is
+// given; net/http hashes each name into the header map).
+//
+// In the steady state the fasthttp guard allocates nothing (pooled handle
+// boxes; header values formatted once per generation), save once on a
+// request that declares trailers, or whose cookies a handler ahead of the
+// guard has already parsed. It finds both request headers in one walk over
+// the headers, except on a request with a Cookie header, where fasthttp's
+// walk would parse the cookies: there it looks the two names up, which
+// costs more than the walk but far less than the parse.
+//
+// The net/http guard's zero-allocation mode is GuardConfig.HTTPNoContext,
+// with handlers reading the handle with HandleFromResponseWriter; its
+// response writers and buffers are pooled. Without HTTPNoContext, putting
+// the handle in the request's context costs one allocation, the copy of
+// the request that http.Request.WithContext makes, which carries the
+// context node; with the garbage it leaves, that costs more than the rest
+// of the guard together.
+//
+// The gRPC interceptors allocate the handler's context node and grpc-go's
+// copy of each metadata value they read (grpc-go offers no way to read
+// incoming metadata without copying), and grpc-go allocates again to merge
+// the header metadata into the stream's.
 package ownerguard

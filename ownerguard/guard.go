@@ -158,6 +158,7 @@ func validHeaderName(s string) bool {
 // one Guard may wrap any number of handlers.
 type Guard struct {
 	c   Checker
+	o   *Owner // c, when it is an *Owner: called directly, not through the interface
 	cfg GuardConfig
 
 	// Precomputed header keys and values, shared by every response (they
@@ -226,6 +227,7 @@ func NewGuard(c Checker, cfg GuardConfig) (*Guard, error) {
 	g.errNotHeld = status.Error(codes.Unavailable, misdirectedPrefix+": key not held by "+who)
 	g.errTooNew = status.Error(codes.Unavailable, misdirectedPrefix+": key held by "+who+" under an older generation: server has not heard of its grant yet")
 	g.errLost = status.Error(codes.Unavailable, "fuge: lease lost during the request")
+	g.o, _ = c.(*Owner)
 	g.writers.New = func() any { return &httpWriter{g: g} }
 	g.boxes.New = func() any { return &handleBox{pool: &g.boxes} }
 	return g, nil
@@ -254,7 +256,13 @@ const (
 // and the generation the request carries (0 if none); the caller has
 // already refused a missing or repeated key and a malformed generation.
 func (g *Guard) admit(keyHash uint64, reqGen lease.Gen) (Handle, verdict) {
-	h, ok := g.c.GetOwnershipHandle(keyHash)
+	var h Handle
+	var ok bool
+	if g.o != nil {
+		h, ok = g.o.GetOwnershipHandle(keyHash)
+	} else {
+		h, ok = g.c.GetOwnershipHandle(keyHash)
+	}
 	if !ok {
 		return Handle{}, notHeld
 	}
@@ -262,6 +270,15 @@ func (g *Guard) admit(keyHash uint64, reqGen lease.Gen) (Handle, verdict) {
 		return h, tooNew
 	}
 	return h, admitted
+}
+
+// held is the check after (and, for streams, during) the handler:
+// CheckContinuousOwnership on h.
+func (g *Guard) held(h Handle) bool {
+	if g.o != nil {
+		return g.o.CheckContinuousOwnership(h)
+	}
+	return g.c.CheckContinuousOwnership(h)
 }
 
 // parseGen parses a decimal generation: digits only, no sign, no spaces,

@@ -1,9 +1,11 @@
 package ownerguard
 
 import (
+	"bufio"
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,8 +86,11 @@ func (fakeSTS) SetTrailer(md metadata.MD) error { return nil }
 // the Owner: the two ownership checks (GetOwnershipHandle and
 // CheckContinuousOwnership), each of which reads the monotonic clock.
 // "net/http-nocontext" leaves the handle out of the request's context
-// (GuardConfig.HTTPNoContext). The gRPC interceptor runs on a fake server
-// stream (see fakeSTS).
+// (GuardConfig.HTTPNoContext). "fasthttp-cookies" is a request with a
+// Cookie header, on which the fasthttp guard looks the two header names up
+// rather than walk the headers (see scanFast); compare it with
+// "fasthttp-bare" too. The gRPC interceptor runs on a fake server stream
+// (see fakeSTS).
 func BenchmarkMiddleware(b *testing.B) {
 	o := benchOwner(b)
 	g, err := NewGuard(o, GuardConfig{Name: testName})
@@ -138,12 +143,22 @@ func BenchmarkMiddleware(b *testing.B) {
 		ctx.Response.Header.SetContentType("text/plain")
 		ctx.Response.SetBody(body)
 	}
-	benchFast := func(name string, h fasthttp.RequestHandler, wantGen bool) {
+	benchFast := func(name string, h fasthttp.RequestHandler, wantGen bool, cookies bool) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			var ctx fasthttp.RequestCtx
-			ctx.Request.Header.Set(DefaultKeyHeader, benchKey)
-			ctx.Request.SetRequestURI("/devices/4217")
+			if cookies {
+				// Parsed, as fasthttp's server leaves it: the cookies
+				// not yet parsed.
+				raw := "GET /devices/4217 HTTP/1.1\r\nHost: x\r\nCookie: session=0123456789abcdef; theme=dark\r\n" +
+					DefaultKeyHeader + ": " + benchKey + "\r\n\r\n"
+				if err := ctx.Request.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+					b.Fatal(err)
+				}
+			} else {
+				ctx.Request.Header.Set(DefaultKeyHeader, benchKey)
+				ctx.Request.SetRequestURI("/devices/4217")
+			}
 			for b.Loop() {
 				h(&ctx)
 				// What fasthttp's server does between requests.
@@ -159,8 +174,9 @@ func BenchmarkMiddleware(b *testing.B) {
 			}
 		})
 	}
-	benchFast("fasthttp-bare", fastHandler, false)
-	benchFast("fasthttp", g.FastHTTP(fastHandler), true)
+	benchFast("fasthttp-bare", fastHandler, false, false)
+	benchFast("fasthttp", g.FastHTTP(fastHandler), true, false)
+	benchFast("fasthttp-cookies", g.FastHTTP(fastHandler), true, true)
 
 	unary := func(ctx context.Context, req any) (any, error) { return req, nil }
 	bare := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

@@ -9,7 +9,7 @@ import (
 
 // fastHeaders are the fasthttp forms of the guard's header keys and values.
 type fastHeaders struct {
-	gen, owner, retry, nosniffKey, nosniff, textPlain []byte
+	gen, owner, retry, nosniffKey, nosniff, textPlain, cookie []byte
 }
 
 func newFastHeaders() fastHeaders {
@@ -20,6 +20,7 @@ func newFastHeaders() fastHeaders {
 		nosniffKey: []byte("X-Content-Type-Options"),
 		nosniff:    []byte("nosniff"),
 		textPlain:  []byte("text/plain; charset=utf-8"),
+		cookie:     []byte("Cookie"),
 	}
 }
 
@@ -38,7 +39,7 @@ func (g *Guard) FastHTTP(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 		box.h = h
 		ctx.SetUserValue(handleKey{}, box)
 		next(ctx)
-		if !g.c.CheckContinuousOwnership(h) {
+		if !g.held(h) {
 			g.replaceFast(ctx)
 			return
 		}
@@ -52,33 +53,29 @@ func (g *Guard) FastHTTP(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 // admitFast runs the checks before the handler, answering the request
 // itself if one fails.
 func (g *Guard) admitFast(ctx *fasthttp.RequestCtx) (Handle, bool) {
-	var key []byte
-	if g.cfg.FastHTTPKey != nil {
+	byFunc := g.cfg.FastHTTPKey != nil
+	key, nKeys, gen, nGens := g.scanFast(&ctx.Request.Header, !byFunc)
+	if byFunc {
+		key = nil
 		if k, ok := g.cfg.FastHTTPKey(ctx); ok {
 			key = k
 		}
-	} else {
-		switch vs := ctx.Request.Header.PeekAll(g.cfg.Header); len(vs) {
-		case 0:
-		case 1:
-			key = vs[0]
-		default:
-			g.refuseFast(ctx, fasthttp.StatusBadRequest, g.bodyRepeated, nil)
-			return Handle{}, false
-		}
+	} else if nKeys > 1 {
+		g.refuseFast(ctx, fasthttp.StatusBadRequest, g.bodyRepeated, nil)
+		return Handle{}, false
 	}
 	if len(key) == 0 {
 		body := g.bodyNoKey
-		if g.cfg.FastHTTPKey != nil {
+		if byFunc {
 			body = g.bodyNoKeyFunc
 		}
 		g.refuseFast(ctx, fasthttp.StatusBadRequest, body, nil)
 		return Handle{}, false
 	}
 	var reqGen lease.Gen
-	if vs := ctx.Request.Header.PeekAll(GenerationHeader); len(vs) > 0 {
+	if nGens > 0 {
 		var ok bool
-		if reqGen, ok = parseGen(vs[0]); !ok || len(vs) > 1 {
+		if reqGen, ok = parseGen(gen); !ok || nGens > 1 {
 			g.refuseFast(ctx, fasthttp.StatusBadRequest, g.bodyBadGen, nil)
 			return Handle{}, false
 		}
@@ -93,6 +90,50 @@ func (g *Guard) admitFast(ctx *fasthttp.RequestCtx) (Handle, bool) {
 		return Handle{}, false
 	}
 	return h, true
+}
+
+// scanFast finds the routing header (if wantKey) and Fuge-Generation in a
+// request: the first value of each and how many times each occurs. Names
+// match as fasthttp's PeekAll matches them: exactly, in canonical form
+// (fasthttp's server puts names in that form as it parses them, unless told
+// not to).
+//
+// It walks the headers once, which costs a quarter of looking the two
+// names up (PeekAll copies and normalizes the name it is given). But
+// fasthttp's walk (All) first parses the request's cookies and writes them
+// out again, which for a few hundred bytes of cookies costs several times
+// the lookups; so a request with a Cookie header has the two names looked
+// up instead. Two cases allocate, once per request: a request that
+// declares trailers (All formats them), and one whose cookies a handler
+// ahead of the guard has already parsed (fasthttp then writes them out
+// afresh to answer whether there is a Cookie header).
+func (g *Guard) scanFast(h *fasthttp.RequestHeader, wantKey bool) (key []byte, nKeys int, gen []byte, nGens int) {
+	if len(h.PeekCanonical(g.fast.cookie)) > 0 {
+		if wantKey {
+			vs := h.PeekAll(g.httpKey)
+			if nKeys = len(vs); nKeys > 0 {
+				key = vs[0]
+			}
+		}
+		vs := h.PeekAll(GenerationHeader)
+		if nGens = len(vs); nGens > 0 {
+			gen = vs[0]
+		}
+		return key, nKeys, gen, nGens
+	}
+	for k, v := range h.All() {
+		if wantKey && string(k) == g.httpKey {
+			if nKeys++; nKeys == 1 {
+				key = v
+			}
+		}
+		if string(k) == GenerationHeader {
+			if nGens++; nGens == 1 {
+				gen = v
+			}
+		}
+	}
+	return key, nKeys, gen, nGens
 }
 
 // refuseFast answers with one of the guard's text bodies.

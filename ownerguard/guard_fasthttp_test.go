@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -144,4 +145,96 @@ func serveFastHTTP(t *testing.T, h fasthttp.RequestHandler) string {
 		<-done
 	})
 	return ln.Addr().String()
+}
+
+// parseFastRequest reads raw into ctx as fasthttp's server does, leaving
+// the cookies unparsed; disableNormalizing keeps header names as sent.
+func parseFastRequest(t testing.TB, ctx *fasthttp.RequestCtx, raw string, disableNormalizing bool) {
+	t.Helper()
+	ctx.Request.Reset()
+	ctx.Response.Reset()
+	if disableNormalizing {
+		ctx.Request.Header.DisableNormalizing()
+	}
+	if err := ctx.Request.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+		t.Fatalf("parsing %q: %v", raw, err)
+	}
+}
+
+// TestFastHTTPHeaderScan: the routing header and Fuge-Generation are found
+// the same way whether the request carries cookies (the guard looks the
+// names up) or not (it walks the headers once): in any case, as fasthttp
+// normalizes names, and only in canonical form when the server keeps names
+// as sent.
+func TestFastHTTPHeaderScan(t *testing.T) {
+	fc := newFakeChecker(map[string]lease.Gen{heldKey: heldGen})
+	h := newTestGuard(t, fc, nil).FastHTTP(func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") })
+	const cookie = "Cookie: session=0123456789abcdef; theme=dark\r\n"
+	for _, tc := range []struct {
+		name    string
+		headers string // header lines, each ending in \r\n
+		asSent  bool   // the server disables header name normalizing
+		code    int
+		body    string // a substring of the body
+	}{
+		{"held", "X-Fuge-Key: " + heldKey + "\r\nFuge-Generation: 7\r\n", false, 200, "ok"},
+		{"held, lower case", "x-fuge-key: " + heldKey + "\r\nfuge-generation: 7\r\n", false, 200, "ok"},
+		{"repeated", "X-Fuge-Key: " + heldKey + "\r\nx-fuge-key: " + heldKey + "\r\n", false, 400, "repeated routing"},
+		{"generation repeated", "X-Fuge-Key: " + heldKey + "\r\nfuge-generation: 7\r\nFuge-Generation: 7\r\n", false, 400, "malformed"},
+		{"generation newer", "X-Fuge-Key: " + heldKey + "\r\nFuge-Generation: 8\r\n", false, 421, "has not heard"},
+		{"names as sent", "X-Fuge-Key: " + heldKey + "\r\nFuge-Generation: 7\r\n", true, 200, "ok"},
+		{"names as sent, not canonical", "x-fuge-key: " + heldKey + "\r\n", true, 400, "missing routing"},
+		{"cookies, names as sent", cookie + "X-Fuge-Key: " + heldKey + "\r\n", true, 200, "ok"},
+		{"cookies, names as sent, not canonical", cookie + "x-fuge-key: " + heldKey + "\r\n", true, 400, "missing routing"},
+		{"cookies, held", cookie + "X-Fuge-Key: " + heldKey + "\r\nFuge-Generation: 7\r\n", false, 200, "ok"},
+		{"cookies, lower case", cookie + "x-fuge-key: " + heldKey + "\r\n", false, 200, "ok"},
+		{"cookies, missing", cookie, false, 400, "missing routing"},
+		{"cookies, repeated", cookie + "X-Fuge-Key: " + heldKey + "\r\nX-Fuge-Key: " + heldKey + "\r\n", false, 400, "repeated routing"},
+		{"cookies, generation repeated", cookie + "X-Fuge-Key: " + heldKey + "\r\nFuge-Generation: 7\r\nFuge-Generation: 7\r\n", false, 400, "malformed"},
+		{"cookies, generation newer", cookie + "X-Fuge-Key: " + heldKey + "\r\nFuge-Generation: 8\r\n", false, 421, "has not heard"},
+		{"cookies, not held", cookie + "X-Fuge-Key: " + otherKey + "\r\n", false, 421, "not held"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ctx fasthttp.RequestCtx
+			parseFastRequest(t, &ctx, "GET /x HTTP/1.1\r\nHost: x\r\n"+tc.headers+"\r\n", tc.asSent)
+			h(&ctx)
+			code, body := ctx.Response.StatusCode(), string(ctx.Response.Body())
+			if code != tc.code || !strings.Contains(body, tc.body) {
+				t.Errorf("got %d %q, want %d containing %q", code, body, tc.code, tc.body)
+			}
+			// The generation goes out on an answer and on a refusal
+			// for a newer generation.
+			wantGen := ""
+			if code == 200 || code == 421 && tc.body == "has not heard" {
+				wantGen = "7"
+			}
+			if gen := string(ctx.Response.Header.Peek(ownerguard.GenerationHeader)); gen != wantGen {
+				t.Errorf("status %d with generation header %q, want %q", code, gen, wantGen)
+			}
+		})
+	}
+}
+
+// TestFastHTTPCookiesDoNotAllocate: a request with cookies, as fasthttp's
+// server parses it, is admitted without allocating, and the guard leaves
+// its cookies unparsed.
+func TestFastHTTPCookiesDoNotAllocate(t *testing.T) {
+	fc := newFakeChecker(map[string]lease.Gen{heldKey: heldGen})
+	h := newTestGuard(t, fc, nil).FastHTTP(func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") })
+	var ctx fasthttp.RequestCtx
+	parseFastRequest(t, &ctx, "GET /x HTTP/1.1\r\nHost: x\r\nCookie: a=1; b=2\r\nX-Fuge-Key: "+heldKey+"\r\nFuge-Generation: 7\r\n\r\n", false)
+	serve := func() {
+		h(&ctx)
+		ctx.Request.ResetUserValues()
+		if ctx.Response.StatusCode() != http.StatusOK {
+			t.Fatalf("status %d %q", ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+		ctx.Response.Reset()
+	}
+	if allocs := testing.AllocsPerRun(200, serve); allocs != 0 {
+		t.Errorf("guarded request with cookies allocates %v times", allocs)
+	}
+	if got := string(ctx.Request.Header.Cookie("b")); got != "2" {
+		t.Errorf("cookie b = %q after the guard, want 2", got)
+	}
 }

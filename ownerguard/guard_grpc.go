@@ -19,17 +19,15 @@ func (g *Guard) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		h, v := g.admitGRPC(ctx, info.FullMethod)
 		if v != admitted {
-			if md := g.refusalHeader(v, h); len(md) > 0 {
-				_ = grpc.SetHeader(ctx, md)
-			}
-			if v == notHeld || v == tooNew {
-				_ = grpc.SetTrailer(ctx, g.missMD)
-			}
+			// Trailers only: grpc-go's retry policy (and so the xDS
+			// route's) retries only a trailers-only response, so nothing
+			// may be sent as header metadata.
+			_ = grpc.SetTrailer(ctx, g.refusalTrailer(v, h))
 			return nil, g.grpcErr(v)
 		}
 		_ = grpc.SetHeader(ctx, g.gen(h.Gen).md)
 		resp, err := handler(&handleCtx{Context: ctx, h: h}, req)
-		if !g.c.CheckContinuousOwnership(h) {
+		if !g.held(h) {
 			return nil, g.errLost
 		}
 		return resp, err
@@ -47,18 +45,13 @@ func (g *Guard) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		ctx := ss.Context()
 		h, v := g.admitGRPC(ctx, info.FullMethod)
 		if v != admitted {
-			if md := g.refusalHeader(v, h); len(md) > 0 {
-				_ = ss.SetHeader(md)
-			}
-			if v == notHeld || v == tooNew {
-				ss.SetTrailer(g.missMD)
-			}
+			ss.SetTrailer(g.refusalTrailer(v, h)) // trailers only, as above
 			return g.grpcErr(v)
 		}
 		_ = ss.SetHeader(g.gen(h.Gen).md)
 		gs := &guardStream{ServerStream: ss, g: g, ctx: handleCtx{Context: ctx, h: h}}
 		err := handler(srv, gs)
-		if !g.c.CheckContinuousOwnership(h) {
+		if !g.held(h) {
 			return g.errLost
 		}
 		return err
@@ -76,7 +69,7 @@ type guardStream struct {
 func (s *guardStream) Context() context.Context { return &s.ctx }
 
 func (s *guardStream) SendMsg(m any) error {
-	if !s.g.c.CheckContinuousOwnership(s.ctx.h) {
+	if !s.g.held(s.ctx.h) {
 		return s.g.errLost
 	}
 	return s.ServerStream.SendMsg(m)
@@ -111,13 +104,18 @@ func (g *Guard) admitGRPC(ctx context.Context, fullMethod string) (Handle, verdi
 	return g.admit(ring.HashString(key), reqGen)
 }
 
-// refusalHeader is the header metadata of a refused RPC: the owner, and
-// for tooNew the generation held.
-func (g *Guard) refusalHeader(v verdict, h Handle) metadata.MD {
+// refusalTrailer is the trailer metadata of a refused RPC: the owner, for
+// tooNew the generation held, and for a misdirected RPC (notHeld, tooNew)
+// the fuge-misdirected mark.
+func (g *Guard) refusalTrailer(v verdict, h Handle) metadata.MD {
+	md := g.ownerMD
 	if v == tooNew {
-		return g.gen(h.Gen).md
+		md = g.gen(h.Gen).md
 	}
-	return g.ownerMD
+	if v == notHeld || v == tooNew {
+		return metadata.Join(md, g.missMD)
+	}
+	return md
 }
 
 // grpcErr is the status of a refused RPC.

@@ -236,6 +236,19 @@ func grpcResult(t *testing.T, body string, err error, hdr, trl metadata.MD) guar
 	if misdirected != trailer {
 		t.Errorf("IsMisdirected(%v) = %v, but trailer %v", err, misdirected, trl)
 	}
+	if refused := st.Code() == codes.InvalidArgument || misdirected; refused {
+		// A refusal must be trailers-only: grpc-go's retry policy, and so
+		// an xDS route's, retries nothing else.
+		if len(hdr.Get("fuge-owner")) > 0 || len(hdr.Get("fuge-generation")) > 0 {
+			t.Errorf("refused RPC sent header metadata %v: not trailers-only, so no retry policy retries it", hdr)
+		}
+		if v := trl.Get("fuge-generation"); len(v) > 0 {
+			r.gen = v[0]
+		}
+		if v := trl.Get("fuge-owner"); len(v) > 0 {
+			r.owner = v[0]
+		}
+	}
 	switch {
 	case st.Code() == codes.InvalidArgument:
 		r.code = http.StatusBadRequest

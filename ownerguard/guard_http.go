@@ -197,7 +197,7 @@ func (w *httpWriter) finish() (abort bool) {
 	case buffering:
 		_ = w.commit()
 	case streaming:
-		return !w.g.c.CheckContinuousOwnership(w.h)
+		return !w.g.held(w.h)
 	case lost:
 		return w.abort
 	}
@@ -208,7 +208,7 @@ func (w *httpWriter) finish() (abort bool) {
 // buffered body; if the lease was lost it sends a 503 instead and returns
 // ErrOwnershipLost.
 func (w *httpWriter) commit() error {
-	if !w.g.c.CheckContinuousOwnership(w.h) {
+	if !w.g.held(w.h) {
 		w.replace()
 		return ErrOwnershipLost
 	}
@@ -307,7 +307,7 @@ func (w *httpWriter) Write(p []byte) (int, error) {
 		}
 		return w.w.Write(p)
 	case streaming:
-		if !w.g.c.CheckContinuousOwnership(w.h) {
+		if !w.g.held(w.h) {
 			w.state, w.abort = lost, true
 			return 0, ErrOwnershipLost
 		}
@@ -362,11 +362,11 @@ func (w *httpWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 			if err := w.commit(); err != nil {
 				return nil, nil, err
 			}
-		} else if !w.g.c.CheckContinuousOwnership(w.h) {
+		} else if !w.g.held(w.h) {
 			return nil, nil, ErrOwnershipLost
 		}
 	case streaming:
-		if !w.g.c.CheckContinuousOwnership(w.h) {
+		if !w.g.held(w.h) {
 			w.state, w.abort = lost, true
 			return nil, nil, ErrOwnershipLost
 		}

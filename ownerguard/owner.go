@@ -21,7 +21,11 @@ import (
 type Owner struct {
 	cfg   OwnerConfig
 	clock Clock
-	log   *slog.Logger
+	// mono is the clock when it is a clientshell.MonoClock (the default),
+	// which the checks read directly: see nowNano.
+	mono   clientshell.MonoClock
+	isMono bool
+	log    *slog.Logger
 
 	view        atomic.Pointer[View]
 	incarnation atomic.Uint64
@@ -61,6 +65,7 @@ func NewOwner(cfg OwnerConfig) (*Owner, error) {
 		ready:   make(chan struct{}),
 		updated: make(chan struct{}),
 	}
+	o.mono, o.isMono = cfg.Clock.(clientshell.MonoClock)
 	o.view.Store(emptyView())
 	return o, nil
 }
@@ -117,7 +122,7 @@ func (o *Owner) View() *View { return o.view.Load() }
 // by the Owner's clock, and if so returns a handle on it. It takes no lock
 // and does not allocate.
 func (o *Owner) GetOwnershipHandle(keyHash uint64) (Handle, bool) {
-	return o.view.Load().GetOwnershipHandle(keyHash, o.clock.Now())
+	return o.view.Load().handleAt(keyHash, o.nowNano())
 }
 
 // GetOwnershipHandleKey is GetOwnershipHandle for a routing-header value,
@@ -129,7 +134,18 @@ func (o *Owner) GetOwnershipHandleKey(key string) (Handle, bool) {
 // CheckContinuousOwnership reports whether h's key has been held without
 // interruption since h was made. It takes no lock and does not allocate.
 func (o *Owner) CheckContinuousOwnership(h Handle) bool {
-	return o.view.Load().CheckContinuousOwnership(h, o.clock.Now())
+	return o.view.Load().continuousAt(h, o.nowNano())
+}
+
+// nowNano reads the Owner's clock, in unix nanoseconds, on every call: the
+// checks never reuse a reading. The default clock is read without an
+// interface call or a time.Time (one monotonic read, as its Now makes);
+// any other Clock through its Now.
+func (o *Owner) nowNano() int64 {
+	if o.isMono {
+		return o.mono.UnixNano()
+	}
+	return o.clock.Now().UnixNano()
 }
 
 // Held returns the leases held now, in ring order.

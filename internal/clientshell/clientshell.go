@@ -137,11 +137,22 @@ func (b Backoff) Delay(k int, r float64) time.Duration {
 
 // MonoClock reads the monotonic clock, expressed as wall time since its
 // base, so that its times (and their UnixNano) never jump when the wall
-// clock is stepped.
-type MonoClock struct{ base time.Time }
+// clock is stepped. Use NewMonoClock: the zero MonoClock is not a clock.
+type MonoClock struct {
+	base     time.Time
+	baseNano int64 // base.UnixNano()
+}
 
 // NewMonoClock returns a MonoClock based at the current time.
-func NewMonoClock() MonoClock { return MonoClock{base: time.Now()} }
+func NewMonoClock() MonoClock {
+	base := time.Now()
+	return MonoClock{base: base, baseNano: base.UnixNano()}
+}
 
 // Now returns the base plus the monotonic time elapsed since it.
 func (c MonoClock) Now() time.Time { return c.base.Add(time.Since(c.base)) }
+
+// UnixNano returns Now().UnixNano(), reading the clock the same way (one
+// monotonic read, no wall-clock read) but without building a time.Time:
+// the ownership checks call it on every request.
+func (c MonoClock) UnixNano() int64 { return c.baseNano + int64(time.Since(c.base)) }

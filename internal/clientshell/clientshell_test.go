@@ -123,3 +123,17 @@ func TestMonoClock(t *testing.T) {
 		t.Errorf("MonoClock went from %v to %v", a, b)
 	}
 }
+
+// TestMonoClockUnixNano: UnixNano reads the same clock as Now, so a read
+// between two Now reads lies between their UnixNano values.
+func TestMonoClockUnixNano(t *testing.T) {
+	c := NewMonoClock()
+	for range 1000 {
+		a := c.Now().UnixNano()
+		n := c.UnixNano()
+		b := c.Now().UnixNano()
+		if a > n || n > b {
+			t.Fatalf("Now, UnixNano, Now read %d, %d, %d: not in order", a, n, b)
+		}
+	}
+}
