@@ -189,7 +189,9 @@ func (s *session) recv(c *conn) (leader string, err error) {
 		return "", err
 	}
 	defer cc.Close()
-	st, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(c.ctx)
+	// Name the stream a Lookup's: only the leader serves those.
+	ctx := metadata.AppendToOutgoingContext(c.ctx, wire.ClientKindKey, wire.ClientLookup)
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
 	if err != nil {
 		return "", err
 	}

@@ -113,11 +113,18 @@
 //
 // # Leadership
 //
-// LeaseTableConfig.Gate is called as each stream opens; the manager passes
-// its CheckLeader, so a standby refuses lookups with FAILED_PRECONDITION
-// and the leader's address in the "fuge-leader" trailer. Every node keeps
-// its table current, since the manager calls the observer on every node
-// as raft applies changes, but only the leader sends heartbeats.
+// LeaseTableConfig.Gate is called as each Lookup stream opens (one whose
+// gRPC metadata carries wire.ClientKindKey = wire.ClientLookup, as
+// lb.Lookup sends); the manager passes its CheckLeader, so a standby
+// refuses lookups with FAILED_PRECONDITION and the leader's address in the
+// "fuge-leader" trailer, since only the leader sends the heartbeats a
+// Lookup's staleness bound counts on. Every node keeps its tables current,
+// since the manager calls the observer on every node as raft applies
+// changes, so streams without that mark (Envoy, proxyless gRPC) are served
+// by any node: an Envoy or a grpc-go client keeps its configuration
+// current through any manager it reaches, leader or not, and does not need
+// to follow leadership (grpc-go would not: it changes servers only while
+// it lacks resources).
 //
 // # Envoy and proxyless gRPC
 //

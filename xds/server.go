@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -13,6 +14,9 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/fuge-project/fuge/api/wire"
 )
 
 // Register registers the aggregated discovery service, state-of-the-world
@@ -47,8 +51,18 @@ var (
 	_ delta.Callbacks = callbacks{}
 )
 
+// isLookup reports whether a stream was opened by a Fuge Lookup
+// (wire.ClientKindKey metadata).
+func isLookup(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return slices.Contains(md.Get(wire.ClientKindKey), wire.ClientLookup)
+}
+
 func (c callbacks) open(ctx context.Context, k streamKey) error {
-	if c.t.gate != nil {
+	// Only Lookup streams are gated: Envoy and gRPC clients are served by
+	// every node from its replicated state (and may not follow a
+	// standby's pointer to the leader), Lookups by the leader alone.
+	if c.t.gate != nil && isLookup(ctx) {
 		if err := c.t.gate(ctx); err != nil {
 			c.t.refused.Add(1)
 			c.t.log.Debug("xDS stream refused", "stream", k.id, "delta", k.delta, "err", err)

@@ -252,8 +252,10 @@ func TestGate(t *testing.T) {
 	lt, conn := newTestServer(t, LeaseTableConfig{Gate: gate})
 	lt.NamespaceView("ns", fourArcs(), 1)
 	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
+	// Streams that a Lookup opens are gated; others (Envoy, gRPC) are not.
+	lookupCtx := metadata.AppendToOutgoingContext(ctx, wire.ClientKindKey, wire.ClientLookup)
 
-	d, err := ads.DeltaAggregatedResources(ctx)
+	d, err := ads.DeltaAggregatedResources(lookupCtx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +269,7 @@ func TestGate(t *testing.T) {
 		t.Errorf("delta trailer fuge-leader %q", got)
 	}
 
-	s, err := ads.StreamAggregatedResources(ctx)
+	s, err := ads.StreamAggregatedResources(lookupCtx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,6 +283,16 @@ func TestGate(t *testing.T) {
 
 	if st := lt.Stats(); st.Refused != 2 || st.Streams != 0 || st.Pushes != 0 {
 		t.Errorf("stats %+v, want 2 refused, no stream, no push", st)
+	}
+
+	// An unmarked stream (an Envoy or a gRPC client) is served despite the
+	// gate.
+	o := openSotw(ctx, t, conn, testNode("ns"), ArcBlockTypeURL)
+	if r := o.recvRaw(); len(r.Resources) != wire.Blocks {
+		t.Errorf("unmarked stream got %d resources, want the %d blocks", len(r.Resources), wire.Blocks)
+	}
+	if st := lt.Stats(); st.Refused != 2 {
+		t.Errorf("stats %+v, want still 2 refused", st)
 	}
 }
 

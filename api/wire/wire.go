@@ -166,6 +166,16 @@ func EntryFrom(a *fugev1.Arc) (lease.Entry, error) {
 	return lease.Entry{Range: r, Owner: a.Owner, Addr: a.Addr, Gen: lease.Gen(a.Gen)}, nil
 }
 
+// ClientKindKey is the gRPC metadata key with which a Fuge client names its
+// kind as it opens an xDS stream to a manager. A Lookup sends ClientLookup:
+// its stream is served by the leader only, which alone sends the
+// heartbeats its staleness bound counts on. Streams without it (Envoy,
+// proxyless gRPC) are served by any manager node from its replicated state.
+const (
+	ClientKindKey = "fuge-client"
+	ClientLookup  = "lookup"
+)
+
 // Blocks is the number of fixed blocks the circle is cut into when the
 // lease table is served over xDS (fuge.v1.ArcBlock).
 const Blocks = 64
