@@ -195,23 +195,34 @@ func (c *Core) stepChanges(resp lease.LookupResponse, now time.Time) Output {
 		c.stats.DroppedMalformed++
 		return Output{}
 	}
-	var lost *ring.Table[bool]
-	for _, ch := range resp.Changes {
-		v := value{owner: ch.Entry.Owner, addr: ch.Entry.Addr, gen: ch.Entry.Gen}
-		c.table.Span(ch.Entry.Range, func(i int) {
-			r, old := c.table.At(i)
-			if old.gen != v.gen && !ch.Clean {
-				if lost == nil {
-					lost = ring.NewTable(false)
-				}
-				lost.Set(r, true)
-			}
-			c.table.SetValue(i, v)
-		})
+	// One step's changes follow each other clockwise without overlapping,
+	// so UpdateAll applies them in one merge pass per step.
+	rs := make([]ring.Range, len(resp.Changes))
+	for i, ch := range resp.Changes {
+		rs[i] = ch.Entry.Range
 	}
+	var lost []ring.Assignment[bool]
+	c.table.UpdateAll(rs, func(i int, r ring.Range, old value) value {
+		ch := resp.Changes[i]
+		v := value{owner: ch.Entry.Owner, addr: ch.Entry.Addr, gen: ch.Entry.Gen}
+		if old.gen != v.gen && !ch.Clean {
+			lost = append(lost, ring.Assignment[bool]{Range: r, Value: true})
+		}
+		return v
+	})
 	c.table.Compact()
 	c.stats.Changes += uint64(len(resp.Changes))
-	return c.synced(resp, now, trueArcs(lost))
+	return c.synced(resp, now, trueArcs(lostTable(lost)))
+}
+
+// lostTable marks the ranges of lost true, or is nil when there are none.
+func lostTable(lost []ring.Assignment[bool]) *ring.Table[bool] {
+	if len(lost) == 0 {
+		return nil
+	}
+	t := ring.NewTable(false)
+	t.SetAll(lost)
+	return t
 }
 
 // synced records an applied response.
@@ -367,11 +378,13 @@ func buildTable(es []lease.Entry) (*ring.Table[value], error) {
 			}
 		}
 	}
-	// Ascending ends keep Split near the end of the table: near-linear.
-	t := ring.NewTable(value{})
-	for _, e := range sorted {
-		t.Set(e.Range, value{owner: e.Owner, addr: e.Addr, gen: e.Gen})
+	// Sorted by End, a partition is one merge pass of SetAll.
+	as := make([]ring.Assignment[value], len(sorted))
+	for i, e := range sorted {
+		as[i] = ring.Assignment[value]{Range: e.Range, Value: value{owner: e.Owner, addr: e.Addr, gen: e.Gen}}
 	}
+	t := ring.NewTable(value{})
+	t.SetAll(as)
 	t.Compact()
 	return t, nil
 }
@@ -388,17 +401,15 @@ func diffGens(a, b *ring.Table[value]) []ring.Range {
 	slices.Sort(ends)
 	ends = slices.Compact(ends)
 	// Each (previous end, e] lies inside one arc of a and one of b.
-	var lost *ring.Table[bool]
+	var lost []ring.Assignment[bool]
 	for k, e := range ends {
 		if a.Get(e).gen == b.Get(e).gen {
 			continue
 		}
-		if lost == nil {
-			lost = ring.NewTable(false)
-		}
-		lost.Set(ring.Range{Start: ends[(k+len(ends)-1)%len(ends)], End: e}, true)
+		r := ring.Range{Start: ends[(k+len(ends)-1)%len(ends)], End: e}
+		lost = append(lost, ring.Assignment[bool]{Range: r, Value: true})
 	}
-	return trueArcs(lost)
+	return trueArcs(lostTable(lost))
 }
 
 // trueArcs returns the merged arcs of t marked true, in order of End.

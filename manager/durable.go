@@ -66,13 +66,18 @@ func (s *NamespaceState) Apply(c Commit, retention time.Duration) error {
 		return fmt.Errorf("%w: commit for %q from LSN %d, state at %d", ErrBadRequest, c.Namespace, c.FromLSN, s.LSN)
 	}
 	if len(c.Changes) > 0 {
-		t := entriesTable(s.Entries)
+		// The entries, then the changes, in one SetAll: a partition and one
+		// step's clockwise changes are two merge passes, where a Set per
+		// change was quadratic in the table's size.
+		as := make([]ring.Assignment[viewVal], 0, len(s.Entries)+len(c.Changes))
+		as = appendAssignments(as, s.Entries)
 		for _, ch := range c.Changes {
-			e := ch.Entry
-			t.Set(e.Range, viewVal{Owner: e.Owner, Addr: e.Addr, Gen: e.Gen})
+			as = append(as, assignment(ch.Entry))
 			s.LSN = ch.LSN
 			s.Log = append(s.Log, LoggedChange{Change: ch, At: c.At})
 		}
+		t := ring.NewTable(viewVal{})
+		t.SetAll(as)
 		t.Compact()
 		s.Entries = tableEntries(t)
 	}
@@ -90,12 +95,17 @@ func (s *NamespaceState) Apply(c Commit, retention time.Duration) error {
 	return nil
 }
 
-func entriesTable(es []lease.Entry) *ring.Table[viewVal] {
-	t := ring.NewTable(viewVal{})
+// assignment is an entry's view value on its range.
+func assignment(e lease.Entry) ring.Assignment[viewVal] {
+	return ring.Assignment[viewVal]{Range: e.Range, Value: viewVal{Owner: e.Owner, Addr: e.Addr, Gen: e.Gen}}
+}
+
+// appendAssignments appends the assignment of each entry.
+func appendAssignments(as []ring.Assignment[viewVal], es []lease.Entry) []ring.Assignment[viewVal] {
 	for _, e := range es {
-		t.Set(e.Range, viewVal{Owner: e.Owner, Addr: e.Addr, Gen: e.Gen})
+		as = append(as, assignment(e))
 	}
-	return t
+	return as
 }
 
 func tableEntries(t *ring.Table[viewVal]) []lease.Entry {
@@ -156,18 +166,20 @@ func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, erro
 		n := newNamespace(m, nc, now)
 		n.nextGen = st.NextGen
 		until := now.Add(n.hold).UnixNano()
-		n.table = ring.NewTable(arc{})
-		n.view = ring.NewTable(viewVal{})
+		arcs := make([]ring.Assignment[arc], 0, len(st.Entries))
 		for _, e := range st.Entries {
 			a := arc{gen: e.Gen}
 			if e.Owner != "" {
 				a = arc{holder: e.Owner, gen: e.Gen, st: Granted, confirmed: true, expiry: until}
 				n.addrs[e.Owner] = e.Addr
 			}
-			n.table.Set(e.Range, a)
-			n.view.Set(e.Range, viewVal{Owner: e.Owner, Addr: e.Addr, Gen: e.Gen})
+			arcs = append(arcs, ring.Assignment[arc]{Range: e.Range, Value: a})
 		}
+		n.table = ring.NewTable(arc{})
+		n.table.SetAll(arcs)
 		n.table.Compact()
+		n.view = ring.NewTable(viewVal{})
+		n.view.SetAll(appendAssignments(nil, st.Entries))
 		n.view.Compact()
 		for _, o := range st.Owners {
 			n.sessions[o.Name] = &session{name: o.Name, addr: o.Addr, nonce: o.Nonce, draining: o.Draining, lastRecv: now}

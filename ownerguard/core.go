@@ -187,30 +187,7 @@ func (c *Core) accept(resp lease.LeaseResponse, now time.Time) Output {
 			cur.SetValue(i, slot{})
 		}
 	}
-	next := ring.NewTable(slot{})
-	refused := ring.NewTable(refusal{})
-	for _, l := range resp.Renew {
-		cur.Span(l.Range, func(i int) {
-			r, v := cur.At(i)
-			if live && v.Held && v.Gen == l.Gen {
-				next.Set(r, slot{Gen: l.Gen, Held: true, Expiry: exp})
-			} else {
-				refused.Set(r, refusal{On: true, Gen: l.Gen})
-			}
-		})
-	}
-	for _, l := range resp.Grant {
-		if live {
-			next.Set(l.Range, slot{Gen: l.Gen, Held: true, Expiry: exp})
-			refused.Set(l.Range, refusal{})
-		} else {
-			// Too late to take: by the time it arrived, the lease it
-			// would start had run out. Not taking it is refusing it.
-			refused.Set(l.Range, refusal{On: true, Gen: l.Gen})
-		}
-	}
-	next.Compact()
-	refused.Compact()
+	next, refused := applyResponse(cur, resp, live, exp)
 
 	var nref []lease.Lease
 	refused.Each(func(r ring.Range, v refusal) {
@@ -229,6 +206,50 @@ func (c *Core) accept(resp lease.LeaseResponse, now time.Time) Output {
 		out.Send = c.send(now)
 	}
 	return out
+}
+
+// applyResponse returns the held set after a response, given cur, what is
+// held now (after expiry), and the lease end exp: renewals of what cur holds
+// under the same generation and grants are held until exp, when live. It
+// also returns the refusals: renewals of what cur does not hold, and every
+// lease of a response that was not live. Both tables are compacted. It
+// refines cur.
+func applyResponse(cur *ring.Table[slot], resp lease.LeaseResponse, live bool, exp int64) (next *ring.Table[slot], refused *ring.Table[refusal]) {
+	// The Sets on next and refused are collected in order and applied with
+	// SetAll: the manager lists leases clockwise without overlaps, so each
+	// list is a merge pass or two rather than a table insertion per lease.
+	var nextSets []ring.Assignment[slot]
+	var refusedSets []ring.Assignment[refusal]
+	renewed := make([]ring.Range, len(resp.Renew))
+	for i, l := range resp.Renew {
+		renewed[i] = l.Range
+	}
+	cur.UpdateAll(renewed, func(i int, r ring.Range, v slot) slot {
+		l := resp.Renew[i]
+		if live && v.Held && v.Gen == l.Gen {
+			nextSets = append(nextSets, ring.Assignment[slot]{Range: r, Value: slot{Gen: l.Gen, Held: true, Expiry: exp}})
+		} else {
+			refusedSets = append(refusedSets, ring.Assignment[refusal]{Range: r, Value: refusal{On: true, Gen: l.Gen}})
+		}
+		return v
+	})
+	for _, l := range resp.Grant {
+		if live {
+			nextSets = append(nextSets, ring.Assignment[slot]{Range: l.Range, Value: slot{Gen: l.Gen, Held: true, Expiry: exp}})
+			refusedSets = append(refusedSets, ring.Assignment[refusal]{Range: l.Range})
+		} else {
+			// Too late to take: by the time it arrived, the lease it
+			// would start had run out. Not taking it is refusing it.
+			refusedSets = append(refusedSets, ring.Assignment[refusal]{Range: l.Range, Value: refusal{On: true, Gen: l.Gen}})
+		}
+	}
+	next = ring.NewTable(slot{})
+	next.SetAll(nextSets)
+	next.Compact()
+	refused = ring.NewTable(refusal{})
+	refused.SetAll(refusedSets)
+	refused.Compact()
+	return next, refused
 }
 
 // Tick expires leases and sends the periodic request or a due race re-send.
@@ -296,41 +317,17 @@ func (c *Core) Held(now time.Time) []lease.Lease {
 
 // diff returns the ranges held in b and not in a under the same generation
 // (granted), and the ranges held in a and not in b under the same generation
-// (revoked). Expiry times do not matter.
+// (revoked). Expiry times do not matter. It walks the two tables together,
+// in time linear in their sizes.
 func diff(a, b *ring.Table[slot]) (granted, revoked []ring.Range) {
-	type held struct {
-		Gen  lease.Gen
-		Held bool
-	}
-	type pair struct{ A, B held }
-	d := ring.NewTable(pair{})
-	mark := func(t *ring.Table[slot], second bool) {
-		t.Each(func(r ring.Range, v slot) {
-			if !v.Held {
-				return
-			}
-			d.Span(r, func(i int) {
-				p := d.Value(i)
-				if second {
-					p.B = held{v.Gen, true}
-				} else {
-					p.A = held{v.Gen, true}
-				}
-				d.SetValue(i, p)
-			})
-		})
-	}
-	mark(a, false)
-	mark(b, true)
-	d.Compact()
-	d.Each(func(r ring.Range, p pair) {
-		if p.A == p.B {
+	ring.Walk(a, b, func(r ring.Range, va, vb slot) {
+		if !va.Held && !vb.Held || va.Held && vb.Held && va.Gen == vb.Gen {
 			return
 		}
-		if p.A.Held {
+		if va.Held {
 			revoked = appendRange(revoked, r)
 		}
-		if p.B.Held {
+		if vb.Held {
 			granted = appendRange(granted, r)
 		}
 	})

@@ -140,9 +140,126 @@ func (t *Table[V]) Span(r Range, fn func(i int)) {
 	}
 }
 
-// Set assigns v to every point of r.
+// Set assigns v to every point of r. Inserting its boundaries takes
+// O(Len()); to assign many ranges, use SetAll.
 func (t *Table[V]) Set(r Range, v V) {
 	t.Span(r, func(i int) { t.vals[i] = v })
+}
+
+// Assignment is one Set: Value on every point of Range.
+type Assignment[V comparable] struct {
+	Range Range
+	Value V
+}
+
+// SetAll does what Set does for each assignment in turn, a later one winning
+// where two overlap, and leaves exactly the table those Sets would. A run of
+// assignments that follow each other clockwise without overlapping (a sorted
+// partition, a Diff, the lookups' changes of one step) is applied in one
+// merge pass: O(Len() + k log k) for k assignments instead of O(Len()) each.
+// An owner's held set, a lookup's table and the replicated lease table are
+// rebuilt this way from tens of thousands of ranges at R = 65536.
+func (t *Table[V]) SetAll(as []Assignment[V]) {
+	t.update(len(as), func(i int) Range { return as[i].Range },
+		func(i int, _ Range, _ V) V { return as[i].Value })
+}
+
+// UpdateAll replaces, for each range rs[i] in turn, the value of every arc
+// inside it with fn(i, arc, old value): what Span(rs[i], ...) with
+// SetValue(j, fn(i, arc j, value j)) would do, calling fn in the same order
+// and leaving the same table, at SetAll's cost. fn must not modify t.
+func (t *Table[V]) UpdateAll(rs []Range, fn func(i int, r Range, old V) V) {
+	t.update(len(rs), func(i int) Range { return rs[i] }, fn)
+}
+
+// update is UpdateAll over k ranges given by rangeAt. It cuts the ranges
+// into runs of pairwise disjoint ones in clockwise order (see disjointRun).
+// Within a run no range has a boundary strictly inside another, so
+// splitting at all of the run's boundaries first and then walking each range
+// leaves the arcs, values and calls that refining before each range would.
+func (t *Table[V]) update(k int, rangeAt func(int) Range, fn func(int, Range, V) V) {
+	var xs []uint64
+	for lo := 0; lo < k; {
+		hi := disjointRun(lo, k, rangeAt)
+		xs = xs[:0]
+		for i := lo; i < hi; i++ {
+			r := rangeAt(i)
+			xs = append(xs, r.Start)
+			if r.End != r.Start {
+				xs = append(xs, r.End)
+			}
+		}
+		t.splitAll(xs)
+		for i := lo; i < hi; i++ {
+			r := rangeAt(i)
+			// As Span: from the arc after the one ending at r.Start,
+			// clockwise, to the arc ending at r.End.
+			n := len(t.ends)
+			j := t.Find(r.Start) + 1
+			for c := 0; c < n; c++ {
+				if j == n {
+					j = 0
+				}
+				t.vals[j] = fn(i, t.arc(j), t.vals[j])
+				if t.ends[j] == r.End {
+					break
+				}
+				j++
+			}
+		}
+		lo = hi
+	}
+}
+
+// splitAll makes every x in xs (any order) an arc boundary. A handful of new
+// boundaries are inserted one by one, in place; more are merged in one pass.
+func (t *Table[V]) splitAll(xs []uint64) {
+	const inPlace = 4
+	fresh := 0
+	for _, x := range xs {
+		if t.ends[t.Find(x)] != x {
+			if fresh++; fresh > inPlace {
+				break
+			}
+		}
+	}
+	switch {
+	case fresh == 0:
+	case fresh <= inPlace:
+		for _, x := range xs {
+			t.Split(x)
+		}
+	default:
+		slices.Sort(xs)
+		t.SplitSorted(xs)
+	}
+}
+
+// disjointRun returns hi such that the ranges lo..hi-1 are pairwise disjoint
+// and lie in clockwise order from the start of range lo without passing it
+// again; hi > lo. A whole-circle range is a run of its own.
+func disjointRun(lo, k int, rangeAt func(int) Range) int {
+	first := rangeAt(lo)
+	if first.IsFull() {
+		return lo + 1
+	}
+	// Offsets are clockwise distances from the anchor; the ranges so far
+	// cover at most (0, covered]. covered == 0 means the run reached the
+	// anchor again: (0, 2^64].
+	anchor := first.Start
+	covered := first.End - anchor
+	for hi := lo + 1; hi < k; hi++ {
+		r := rangeAt(hi)
+		if covered == 0 || r.IsFull() {
+			return hi
+		}
+		s, e := r.Start-anchor, r.End-anchor
+		if s < covered || (e <= s && e != 0) {
+			return hi
+		}
+		covered = e
+	}
+	return k
 }
 
 // Each calls fn for every arc in order of end position.
@@ -179,11 +296,7 @@ func (t *Table[V]) Compact() {
 // Equal reports whether two tables give the same value at every point.
 func Equal[V comparable](a, b *Table[V]) bool {
 	x, y := a.Clone(), b.Clone()
-	for _, e := range a.ends {
-		y.Split(e)
-	}
-	for _, e := range b.ends {
-		x.Split(e)
-	}
+	y.SplitSorted(a.ends)
+	x.SplitSorted(b.ends)
 	return slices.Equal(x.ends, y.ends) && slices.Equal(x.vals, y.vals)
 }
