@@ -118,9 +118,18 @@ func TestBackoffCheck(t *testing.T) {
 func TestMonoClock(t *testing.T) {
 	c := NewMonoClock()
 	a := c.Now()
-	time.Sleep(time.Millisecond)
-	if b := c.Now(); !b.After(a) {
-		t.Errorf("MonoClock went from %v to %v", a, b)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b := c.Now()
+		if b.Before(a) {
+			t.Fatalf("MonoClock went back from %v to %v", a, b)
+		}
+		if b.After(a) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("MonoClock stayed at %v", a)
+		}
 	}
 }
 
