@@ -1,10 +1,16 @@
 package e2e
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/fuge-project/fuge/lb"
 	"github.com/fuge-project/fuge/lease"
@@ -92,13 +98,20 @@ func TestLeaderFailover(t *testing.T) {
 
 // TestOwnerCrash stops an owner without a word: after the manager's hold
 // time its arcs are granted to the others, under new generations, and every
-// lookup signals loss on exactly the crashed owner's former ranges.
+// lookup signals loss on exactly the crashed owner's former ranges. (Close
+// would leave cleanly and hand the arcs over at once: the crash cuts the
+// owner's connections instead, and lets it dial no more.)
 func TestOwnerCrash(t *testing.T) {
 	c := newCluster(t, 1, 2*time.Second)
 	rec := newRecorder()
 	owners := map[string]*ownerguard.Owner{}
+	cut := &cutDialer{}
 	for i := range 3 {
 		name := fmt.Sprintf("o%d", i+1)
+		if name == "o2" {
+			owners[name] = startOwnerWith(t, c, name, rec, grpc.WithContextDialer(cut.dial))
+			continue
+		}
 		owners[name] = startOwner(t, c, name, rec)
 	}
 	var lookups []*lb.Lookup
@@ -115,7 +128,7 @@ func TestOwnerCrash(t *testing.T) {
 	}
 	rec.reset()
 	crashed := time.Now()
-	owners["o2"].Close()
+	cut.sever()
 	delete(owners, "o2")
 	eventually(t, "regrant to the survivors", func() bool { return converged(c, owners, lookups) })
 	took := time.Since(crashed)
@@ -165,6 +178,53 @@ func TestDrainMovesArcsInOneRoundTrip(t *testing.T) {
 	t.Logf("drain: arcs moved to the other owners in %v", took.Round(time.Microsecond))
 	if bound := latencyBound(100 * time.Millisecond); took > bound {
 		t.Errorf("drain took %v, want under %v (100 ms without the race detector)", took, bound)
+	}
+}
+
+// startOwnerWith is startOwner with dial options.
+func startOwnerWith(t *testing.T, c *cluster, name string, rec *recorder, opts ...grpc.DialOption) *ownerguard.Owner {
+	t.Helper()
+	o, err := ownerguard.NewOwner(ownerguard.OwnerConfig{
+		Managers: c.grpcAddrs(), Namespace: testNS, Name: name, Addr: name + ".local:80",
+		LeaseDuration: c.T, OnOwnership: rec.ownership(name), DialOptions: opts,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.Close() })
+	return o
+}
+
+// cutDialer dials TCP until sever closes every connection it made and
+// refuses to dial again: to the manager, its owner has crashed.
+type cutDialer struct {
+	mu    sync.Mutex
+	conns []net.Conn
+	cut   bool
+}
+
+func (d *cutDialer) dial(ctx context.Context, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cut {
+		return nil, errors.New("e2e: cut")
+	}
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err == nil {
+		d.conns = append(d.conns, conn)
+	}
+	return conn, err
+}
+
+func (d *cutDialer) sever() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cut = true
+	for _, conn := range d.conns {
+		conn.Close()
 	}
 }
 

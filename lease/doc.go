@@ -17,6 +17,15 @@
 // does not take it, and its next request omits it, so the manager frees the
 // range and grants it anew under a new generation.
 //
+// A clean leave: an owner that closes first stops believing it holds
+// anything (from that instant its checks fail), then sends a last request
+// with Held empty and Leaving set. A manager that accepts it takes the owner
+// out of the ring and, since Held is empty, releases all its leases and
+// grants them to the others in the same step, rather than T·65/60 later. The
+// order is the safety argument: the owner's belief has ended before any
+// other owner can be granted what it held. A leaving request dropped as
+// racing changes nothing: the leases then expire as after a crash.
+//
 // Clocks (Centrifuge §2.3.1): every message from the manager acknowledges one
 // request (AckSeq). The owner holds everything in an accepted response until
 // T after the moment it sent that request, by its own clock; the manager keeps

@@ -48,6 +48,11 @@ type LeaseRequest struct {
 	// Refused lists renewals the owner refused since its last request
 	// (for the record; omitting them from Held is what releases them).
 	Refused []Lease
+	// Leaving marks the last request of an incarnation that closes
+	// cleanly: the owner has stopped serving every range and holds nothing
+	// (Held is empty), so the manager takes it out of the ring and regrants
+	// its arcs at once instead of waiting for them to expire.
+	Leaving bool
 }
 
 // LeaseResponse goes from the manager to an owner.

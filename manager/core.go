@@ -34,6 +34,7 @@ type Stats struct {
 	DroppedStale, DroppedRacing, DroppedOld uint64
 	Grants, Recalls, Releases, Expiries     uint64
 	Refused, SessionExpiries, RaceResends   uint64
+	Leaves                                  uint64 // clean leaves accepted (lease.LeaseRequest.Leaving)
 	LookupSnapshots, LookupDeltas           uint64
 }
 
@@ -105,7 +106,9 @@ func (m *Manager) namespace(name string) (*namespace, error) {
 	return n, nil
 }
 
-// Request handles a LeaseRequest from an owner received at now.
+// Request handles a LeaseRequest from an owner received at now. A leaving
+// request (Leaving set, Held empty) takes the owner out of the ring and
+// regrants its arcs in the same step; see lease.LeaseRequest.Leaving.
 func (m *Manager) Request(req lease.LeaseRequest, now time.Time) (Output, error) {
 	n, err := m.namespace(req.Namespace)
 	if err != nil {
@@ -113,6 +116,9 @@ func (m *Manager) Request(req lease.LeaseRequest, now time.Time) (Output, error)
 	}
 	if req.Owner == "" || req.Nonce == 0 || req.Seq == 0 {
 		return Output{}, fmt.Errorf("%w: owner name, nonce and seq are required", ErrBadRequest)
+	}
+	if req.Leaving && len(req.Held) > 0 {
+		return Output{}, fmt.Errorf("%w: a leaving owner holds nothing", ErrBadRequest)
 	}
 	if err := checkLeases(req.Held); err != nil {
 		return Output{}, err

@@ -126,6 +126,8 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		"no owner": {Namespace: "ns", Header: lease.Header{Nonce: 1, Seq: 1}},
 		"no nonce": {Namespace: "ns", Owner: "a", Header: lease.Header{Seq: 1}},
 		"no seq":   {Namespace: "ns", Owner: "a", Header: lease.Header{Nonce: 1}},
+		"leaving, holding": {Namespace: "ns", Owner: "a", Header: lease.Header{Nonce: 1, Seq: 1}, Leaving: true,
+			Held: []lease.Lease{{Range: ring.Range{Start: 10, End: 100}, Gen: 1}}},
 		"overlapping held": {Namespace: "ns", Owner: "a", Header: lease.Header{Nonce: 1, Seq: 1},
 			Held: []lease.Lease{{Range: ring.Range{Start: 10, End: 100}, Gen: 1}, {Range: ring.Range{Start: 50, End: 60}, Gen: 1}}},
 	} {

@@ -122,6 +122,9 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) Output {
 			// it held gets a new generation and a loss notification.
 			n.retire(s.name, s.nonce)
 			n.ownersDirty = true
+			// The new incarnation is not draining: a restart after a clean
+			// leave (or a drain) puts the name back in the ring.
+			n.membersChanged = n.membersChanged || s.draining
 			for i := 0; i < n.table.Len(); i++ {
 				if a := n.table.Value(i); a.holder == req.Owner && a.st != Free {
 					a.confirmed = true
@@ -150,6 +153,10 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) Output {
 		opening = true
 	}
 	if !opening && filter && req.AckSeq != s.mySeq {
+		// A racing leaving request is dropped like any other: the owner
+		// has stopped believing all the same, but the manager does not
+		// act on it, and the owner's arcs expire T·65/60 after its last
+		// accepted request, as after a crash.
 		st.DroppedRacing++
 		if s.resendAt.IsZero() {
 			s.resendAt = now.Add(n.m.backoff())
@@ -158,11 +165,29 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) Output {
 	}
 	st.Accepted++
 	st.Refused += uint64(len(req.Refused))
+	if req.Leaving {
+		n.leave(s)
+	}
 	if !opening {
 		n.applyHeld(s, req)
 	}
 	n.dirty[s.name] = true
 	return n.step(now, nil)
+}
+
+// leave takes s out of the desired ring on a clean leave
+// (lease.LeaseRequest.Leaving): the owner has stopped serving every range
+// and holds nothing. Its request's Held is empty, so applyHeld then releases
+// all its arcs, and this same step's reconcile grants them to the others,
+// committed before anyone is told: lookups see each arc change hands once,
+// under the generation it was freed with. The session stays, draining,
+// until it expires like any other. An opening request (one that has not
+// heard from this manager incarnation) releases nothing, leaving or not:
+// its arcs expire as after a crash.
+func (n *namespace) leave(s *session) {
+	s.draining = true
+	n.membersChanged, n.ownersDirty = true, true
+	n.m.stats.Leaves++
 }
 
 // applyHeld releases every arc of s that s no longer lists, and marks the

@@ -66,6 +66,17 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		d.ScanArgs(t, "name", &name)
 		delete(h.owners, name)
 		h.printf("%s crashed", name)
+	case "leave":
+		// A clean leave, as Owner.Close does it: the core stops believing,
+		// then its last request (Held empty, leaving) is sent.
+		var name string
+		d.ScanArgs(t, "name", &name)
+		c := h.owners[name]
+		if c == nil {
+			t.Fatalf("%s is not running", name)
+		}
+		h.printf("%s leaves", name)
+		h.ownerOutput(name, c.Leave(h.now))
 	case "partition", "heal":
 		var name string
 		d.ScanArgs(t, "name", &name)
@@ -227,6 +238,10 @@ func (h *harness) receive(m msg) {
 		h.printf("  %s is down: lost", m.to)
 		return
 	}
+	if c.Left() {
+		h.printf("  %s has left: ignored", m.to)
+		return
+	}
 	before := c.Stats()
 	o := c.Step(*m.res, h.now)
 	after := c.Stats()
@@ -314,7 +329,11 @@ func (h *harness) describe(m msg) string {
 		for _, l := range r.Held {
 			held = append(held, fmt.Sprintf("%s@%d", rng(l.Range), l.Gen))
 		}
-		return fmt.Sprintf("%s -> mgr: seq=%d ack=%d held=[%s]", r.Owner, r.Seq, r.AckSeq, strings.Join(held, " "))
+		leaving := ""
+		if r.Leaving {
+			leaving = " leaving"
+		}
+		return fmt.Sprintf("%s -> mgr: seq=%d ack=%d held=[%s]%s", r.Owner, r.Seq, r.AckSeq, strings.Join(held, " "), leaving)
 	}
 	r := m.res
 	return fmt.Sprintf("mgr -> %s: seq=%d ack=%d renew=%s grant=%s", r.Owner, r.Seq, r.AckSeq, leases(r.Renew), leases(r.Grant))

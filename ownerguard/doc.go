@@ -78,9 +78,11 @@
 // and the same leases, which go on expiring by their own clock, continues
 // across streams: on every new stream the Owner sends a fresh request at
 // once (Core.Resend), so the session reopens there and a new leader renews
-// what it holds under the same generations. Close half-closes the stream
-// after the checks have stopped answering, so the manager can tell the end
-// of an incarnation (io.EOF) from a lost connection.
+// what it holds under the same generations. Close leaves cleanly: once the
+// checks have stopped answering it sends a last request with Held empty and
+// Leaving set (Core.Leave), so the manager regrants every arc at once
+// instead of after T·65/60, then half-closes the stream, so the manager can
+// tell the end of an incarnation (io.EOF) from a lost connection.
 //
 // # Middleware
 //

@@ -189,11 +189,22 @@ func (o *Owner) Err() error {
 	return o.err
 }
 
-// Close ends the session and the incarnation: checks fail from then on, the
-// ownership upcall hears every held range revoked, the stream is
-// half-closed so the manager learns the session is over (see CloseTimeout),
-// and every goroutine the Owner started has ended when Close returns,
-// including pending upcalls. Close is idempotent.
+// Close ends the session and the incarnation with a clean leave: checks
+// fail from then on, the ownership upcall hears every held range revoked,
+// and only then a last request tells the manager that this owner holds
+// nothing and is leaving (lease.LeaseRequest.Leaving), so that the manager
+// regrants its arcs to the other owners at once rather than when they
+// expire, T·65/60 later. If a request is awaiting its answer, Close waits
+// for that answer first (without taking anything it grants), since the
+// manager drops a request that does not acknowledge its latest message;
+// then the leaving request goes out and the stream is half-closed so the
+// manager learns the session is over. Close waits up to CloseTimeout in all
+// (a negative CloseTimeout may cancel the stream before the leaving request
+// is written; a leaving request that is lost or dropped leaves the arcs to
+// expire as after a crash).
+// Every goroutine the Owner started has ended when Close returns,
+// including pending upcalls. Close is idempotent. Canceling Start's context
+// ends the session the same way.
 func (o *Owner) Close() error {
 	o.mu.Lock()
 	o.closed = true

@@ -16,7 +16,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/fuge-project/fuge/api/fugev1"
 	"github.com/fuge-project/fuge/api/wire"
+	"github.com/fuge-project/fuge/lease"
 )
 
 // LeaderTrailer is the trailer in which a standby names the leader's gRPC
@@ -123,9 +125,7 @@ func (s *session) onTimer() {
 func (s *session) apply(out Output, now time.Time) {
 	if out.Send != nil {
 		if s.cur != nil {
-			req := wire.Request(*out.Send)
-			req.LeaseDurationMs = s.cfg.LeaseDuration.Milliseconds() // the manager checks it matches
-			s.cur.send(req)
+			s.cur.send(s.request(*out.Send))
 			if s.waitSince.IsZero() {
 				s.waitSince = now
 			}
@@ -134,6 +134,13 @@ func (s *session) apply(out Output, now time.Time) {
 		}
 	}
 	s.o.publish(s.core.View(), out.Granted, out.Revoked, s.core.Stats())
+}
+
+// request converts a core's request to the wire.
+func (s *session) request(r lease.LeaseRequest) *fugev1.LeaseRequest {
+	req := wire.Request(r)
+	req.LeaseDurationMs = s.cfg.LeaseDuration.Milliseconds() // the manager checks it matches
+	return req
 }
 
 // connect starts a stream to s.next and sends the core's next request on it:
@@ -296,26 +303,51 @@ func classify(c codes.Code, err error) error {
 	return fmt.Errorf("%w: %w", ErrRejected, err)
 }
 
-// shutdown ends the incarnation: nothing is held from now on, the upcall
-// hears it, and the stream is half-closed so that the manager sees a clean
-// end (io.EOF) rather than a cancellation.
+// shutdown ends the incarnation with a clean leave (Core.Leave): nothing is
+// held from now on and the upcall hears it; then the leaving request goes to
+// the manager, and the stream is half-closed after it so that the manager
+// sees a clean end (io.EOF) rather than a cancellation. It waits at most
+// CloseTimeout in all.
 func (s *session) shutdown() {
+	// Stop believing before telling the manager: the manager regrants what
+	// was held here as soon as it accepts the leaving request, so the empty
+	// view must be in place, for every check, before that request is handed
+	// to the stream. Nothing the Core does from here on is published.
 	s.o.publish(emptyView(), nil, s.core.View().heldRanges(), s.core.Stats())
-	if st := s.cur; st != nil {
+	var timeout <-chan struct{} // closed at the CloseTimeout; nil: no wait
+	if s.cfg.CloseTimeout > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CloseTimeout)
+		defer cancel()
+		timeout = ctx.Done()
+	}
+	st := s.cur
+	if st != nil && timeout != nil {
+		st = s.awaitAnswer(st, timeout)
+	}
+	out := s.core.Leave(s.now())
+	if st == nil {
+		if out.Send != nil {
+			s.o.unsent.Add(1) // no stream: the leases expire as after a crash
+		}
+		if s.cur != nil {
+			s.cur.cancel()
+		}
+	} else {
+		if out.Send != nil {
+			st.send(s.request(*out.Send))
+		}
 		st.closeSend()
-		if s.cfg.CloseTimeout > 0 {
-			t := time.NewTimer(s.cfg.CloseTimeout)
+		if timeout != nil {
 		wait:
 			for {
 				select {
 				case <-st.done:
 					break wait
 				case <-s.events: // the stream's last events; nobody else reads them
-				case <-t.C:
+				case <-timeout:
 					break wait
 				}
 			}
-			t.Stop()
 		}
 		st.cancel()
 	}
@@ -323,6 +355,37 @@ func (s *session) shutdown() {
 	s.streams.Wait()
 	s.closeConns()
 	s.o.log.Info("ownerguard: session closed")
+}
+
+// awaitAnswer waits, until timeout, for the answer to the request in flight
+// on st, if there is one, and hands it to the Core without publishing
+// anything: a leaving request sent before that answer arrived would not
+// acknowledge it, and the manager would drop it as racing. It returns st,
+// or nil if the stream ended.
+func (s *session) awaitAnswer(st *stream, timeout <-chan struct{}) *stream {
+	for !s.waitSince.IsZero() {
+		select {
+		case e := <-s.events:
+			if e.s != st {
+				continue // from a stream already abandoned
+			}
+			if e.resp == nil {
+				return nil // the stream ended: nobody to tell
+			}
+			resp, err := wire.ResponseFrom(e.resp)
+			if err != nil {
+				s.o.malformed.Add(1)
+				continue
+			}
+			s.waitSince = time.Time{}
+			// What it grants is never believed, nor what it asks sent:
+			// the leaving request follows at once.
+			s.core.Step(resp, s.now())
+		case <-timeout:
+			return st
+		}
+	}
+	return st
 }
 
 func (s *session) closeConns() {

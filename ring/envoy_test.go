@@ -28,11 +28,11 @@ type envoyProbe struct {
 }
 
 type envoyCase struct {
-	hosts     []EnvoyHost
-	min, max  uint64
-	counts    []int // Envoy's min/max_hashes_per_host stats, per host here
-	ring      []envoyEntry
-	probes    []envoyProbe
+	hosts    []EnvoyHost
+	min, max uint64
+	counts   []int // Envoy's min/max_hashes_per_host stats, per host here
+	ring     []envoyEntry
+	probes   []envoyProbe
 }
 
 func ports(ws []uint32, ps ...int) []EnvoyHost {

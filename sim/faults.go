@@ -4,7 +4,8 @@ import "time"
 
 // scheduleFaults draws the fault schedule: owner crash and restart (same
 // name, new incarnation), pauses longer than a lease, partitions of owners
-// and lookups, joins and leaves.
+// and lookups, joins and leaves. Half the restarts and leaves are clean
+// (Owner.Close: Core.Leave), half are crashes.
 func (w *world) scheduleFaults() {
 	var next func()
 	next = func() {
@@ -52,10 +53,9 @@ func (w *world) randomFault() {
 	case k == 10: // the manager's leader fails over
 		w.logf("manager failover")
 		w.mgr.failover()
-	case k < 2: // crash, restart later under a new incarnation
+	case k < 2: // crash or close, restart later under a new incarnation
 		if o := pick(); o != nil {
-			w.logf("crash %s", o.name)
-			o.crash()
+			w.stop(o)
 			s.after(s.uniform(T/20, 2*T), func() {
 				if !o.gone && o.core == nil {
 					w.logf("restart %s", o.name)
@@ -90,7 +90,7 @@ func (w *world) randomFault() {
 	case k < 9: // leave for good, keeping at least one serving owner
 		if o := pick(); o != nil && (o.draining || w.serving() > 1) {
 			w.logf("leave %s", o.name)
-			o.crash()
+			w.stop(o)
 			o.gone = true
 		}
 	default: // drain an owner through the manager
@@ -104,13 +104,24 @@ func (w *world) randomFault() {
 				s.after(s.uniform(T/10, T), func() {
 					if !o.gone {
 						w.logf("leave %s (drained)", o.name)
-						o.crash()
+						w.stop(o)
 						o.gone = true
 					}
 				})
 			}
 		}
 	}
+}
+
+// stop ends o's running incarnation: a clean leave or a crash, at random.
+func (w *world) stop(o *ownerNode) {
+	if w.s.rnd.IntN(2) == 0 {
+		w.logf("close %s (clean leave)", o.name)
+		o.leave()
+		return
+	}
+	w.logf("crash %s", o.name)
+	o.crash()
 }
 
 // endFaults stops every fault: partitions heal, pauses end, crashed owners

@@ -1,11 +1,11 @@
 // Command sim is Fuge's deterministic protocol simulator: one manager lease
 // core, N Owner cores and M Lookup cores, driven by one seeded scheduler over
 // a simulated network with delay, loss, duplication and reordering, per-node
-// clocks with their own rates, and owner crashes, restarts, pauses, joins,
-// leaves and drains. At every event it checks the single-copy guarantee (I1),
-// generation monotonicity, and the recovery-notification bound (I4); once
-// faults stop it checks liveness. It is a main package so that nothing can
-// import it.
+// clocks with their own rates, and owner crashes, clean leaves (Owner.Close),
+// restarts, pauses, joins, leaves and drains. At every event it checks the
+// single-copy guarantee (I1), generation monotonicity, and the
+// recovery-notification bound (I4); once faults stop it checks liveness. It
+// is a main package so that nothing can import it.
 //
 //	go run ./sim -seeds 2000        # seeds 1..2000
 //	go run ./sim -seed 17 -v        # replay one seed with its event log

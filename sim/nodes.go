@@ -120,8 +120,11 @@ type ownerNode struct {
 	w           *world
 	name        string
 	clk         clock
-	core        *ownerguard.Core // nil while crashed
+	core        *ownerguard.Core // nil while crashed or after a leave
 	incarnation uint64
+	// ghost is what an owner that left still believes it holds: always nil,
+	// except under the LeaveKeepsBelief negative control.
+	ghost       *ownerguard.View
 	pausedUntil time.Duration // true time; deliveries and ticks wait
 	gone        bool          // left for good
 	draining    bool          // drained: it leaves soon
@@ -151,6 +154,34 @@ func (o *ownerNode) start() {
 func (o *ownerNode) crash() {
 	o.core = nil
 	o.timer.gen++ // cancel the pending tick
+}
+
+// leave closes the running incarnation cleanly, as Owner.Close does: the
+// core stops believing (Core.Leave), then its last request, holding nothing
+// and leaving, goes to the manager over the same faulty network. A paused
+// process closes when it runs again; if by then faults have stopped and the
+// owner was to restart, it just goes on running (endFaults has already
+// restarted the owners that were down).
+func (o *ownerNode) leave() {
+	if o.core == nil {
+		return
+	}
+	if o.w.s.now < o.pausedUntil {
+		core := o.core
+		o.w.s.at(o.pausedUntil, func() {
+			if o.core == core && (o.w.faults || o.gone) {
+				o.leave()
+			}
+		})
+		return
+	}
+	var belief *ownerguard.View
+	if o.w.p.LeaveKeepsBelief {
+		belief = o.core.View() // the planted bug: tell the manager, keep believing
+	}
+	o.handle(o.core.Leave(o.now()))
+	o.core, o.ghost = nil, belief
+	o.timer.gen++ // nothing is due: a core that left has no deadline
 }
 
 // deliver hands a manager message to whatever incarnation runs now.
@@ -194,10 +225,14 @@ func (o *ownerNode) handle(out ownerguard.Output) {
 // A paused owner still believes: were it to serve a request now, it would
 // check its leases against its clock.
 func (o *ownerNode) held() []lease.Lease {
-	if o.core == nil {
-		return nil
+	var ls []lease.Lease
+	if o.ghost != nil {
+		ls = o.ghost.Held(o.now())
 	}
-	return o.core.Held(o.now())
+	if o.core != nil {
+		ls = append(ls, o.core.Held(o.now())...)
+	}
+	return ls
 }
 
 // lookupNode is a front end with the Lookup core.

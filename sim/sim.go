@@ -30,6 +30,10 @@ type Params struct {
 	// TruncateLoss plants a bug in the lookups (negative control): each
 	// loss notification reports only its first range.
 	TruncateLoss bool
+	// LeaveKeepsBelief plants a bug in the owners (negative control): an
+	// owner that leaves cleanly tells the manager it holds nothing but goes
+	// on believing what it held until those leases expire.
+	LeaveKeepsBelief bool
 	// Scripted, when set, replaces the random fault schedule.
 	Scripted func(w *world)
 }
@@ -177,8 +181,8 @@ func run(p Params, log io.Writer) Result {
 // summary prints what the protocol did in a verbose run.
 func (w *world) summary() {
 	st := w.mgr.core.Stats()
-	w.logf("manager: %d requests, %d grants, %d recalls, %d releases, %d expiries, %d sessions expired, %d racing requests dropped, %d stale dropped",
-		st.Requests, st.Grants, st.Recalls, st.Releases, st.Expiries, st.SessionExpiries, st.DroppedRacing, st.DroppedStale)
+	w.logf("manager: %d requests, %d grants, %d recalls, %d releases, %d expiries, %d clean leaves, %d sessions expired, %d racing requests dropped, %d stale dropped",
+		st.Requests, st.Grants, st.Recalls, st.Releases, st.Expiries, st.Leaves, st.SessionExpiries, st.DroppedRacing, st.DroppedStale)
 	for _, l := range w.lookups {
 		ls := l.core.Stats()
 		w.logf("%s: %d responses applied (%d snapshots), %d loss notifications, %d loss-on-everything, %d gaps re-fetched",

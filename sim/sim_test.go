@@ -70,3 +70,12 @@ func TestNegativeControlTruncatedLossNotification(t *testing.T) {
 		p.TruncateLoss = true
 	})
 }
+
+// An owner that tells the manager it is leaving but goes on believing what
+// it held breaks the clean leave's safety argument (stop believing, then
+// tell): the manager regrants at once, and two owners hold one key.
+func TestNegativeControlLeaveKeepsBelief(t *testing.T) {
+	negativeControl(t, 200, "I1:", func(p *Params) {
+		p.LeaveKeepsBelief = true
+	})
+}

@@ -215,8 +215,12 @@ type LeaseRequest struct {
 	// session whose T differs from the namespace's: an owner that believes
 	// longer than the manager holds breaks the single-copy guarantee.
 	LeaseDurationMs int64 `protobuf:"varint,8,opt,name=lease_duration_ms,json=leaseDurationMs,proto3" json:"lease_duration_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The owner is closing: it has stopped serving every range and holds
+	// nothing; the manager takes it out of the ring and regrants its arcs at
+	// once. Held is empty. It is the last request of the incarnation.
+	Leaving       bool `protobuf:"varint,9,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseRequest) Reset() {
@@ -303,6 +307,13 @@ func (x *LeaseRequest) GetLeaseDurationMs() int64 {
 		return x.LeaseDurationMs
 	}
 	return 0
+}
+
+func (x *LeaseRequest) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
 }
 
 // LeaseResponse goes from the manager to an owner.
@@ -600,7 +611,7 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
 	"peer_nonce\x18\x03 \x01(\x06R\tpeerNonce\x12\x17\n" +
-	"\aack_seq\x18\x04 \x01(\x04R\x06ackSeq\"\xa5\x02\n" +
+	"\aack_seq\x18\x04 \x01(\x04R\x06ackSeq\"\xbf\x02\n" +
 	"\fLeaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x12\n" +
@@ -609,7 +620,8 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\x04held\x18\x05 \x03(\v2\x0e.fuge.v1.LeaseR\x04held\x12*\n" +
 	"\bmigrated\x18\x06 \x03(\v2\x0e.fuge.v1.RangeR\bmigrated\x12(\n" +
 	"\arefused\x18\a \x03(\v2\x0e.fuge.v1.LeaseR\arefused\x12*\n" +
-	"\x11lease_duration_ms\x18\b \x01(\x03R\x0fleaseDurationMs\"\xb8\x01\n" +
+	"\x11lease_duration_ms\x18\b \x01(\x03R\x0fleaseDurationMs\x12\x18\n" +
+	"\aleaving\x18\t \x01(\bR\aleaving\"\xb8\x01\n" +
 	"\rLeaseResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12'\n" +

@@ -81,6 +81,7 @@ func Request(r lease.LeaseRequest) *fugev1.LeaseRequest {
 	out := &fugev1.LeaseRequest{
 		Namespace: r.Namespace, Owner: r.Owner, Addr: r.Addr,
 		Header: header(r.Header), Held: Leases(r.Held), Refused: Leases(r.Refused),
+		Leaving: r.Leaving,
 	}
 	for _, m := range r.Migrated {
 		out.Migrated = append(out.Migrated, Range(m))
@@ -88,7 +89,8 @@ func Request(r lease.LeaseRequest) *fugev1.LeaseRequest {
 	return out
 }
 
-// RequestFrom converts a lease request from the wire.
+// RequestFrom converts a lease request from the wire. A leaving request
+// must hold nothing.
 func RequestFrom(r *fugev1.LeaseRequest) (lease.LeaseRequest, error) {
 	if r.GetNamespace() == "" || r.GetOwner() == "" {
 		return lease.LeaseRequest{}, fmt.Errorf("%w: namespace and owner are required", ErrMalformed)
@@ -105,10 +107,13 @@ func RequestFrom(r *fugev1.LeaseRequest) (lease.LeaseRequest, error) {
 	if err != nil {
 		return lease.LeaseRequest{}, err
 	}
+	if r.Leaving && len(held) > 0 {
+		return lease.LeaseRequest{}, fmt.Errorf("%w: a leaving request holds %d leases", ErrMalformed, len(held))
+	}
 	if len(r.Migrated) > MaxLeases {
 		return lease.LeaseRequest{}, fmt.Errorf("%w: %d migrated ranges", ErrMalformed, len(r.Migrated))
 	}
-	out := lease.LeaseRequest{Namespace: r.Namespace, Owner: r.Owner, Addr: r.Addr, Header: h, Held: held, Refused: refused}
+	out := lease.LeaseRequest{Namespace: r.Namespace, Owner: r.Owner, Addr: r.Addr, Header: h, Held: held, Refused: refused, Leaving: r.Leaving}
 	for _, m := range r.Migrated {
 		rr, err := RangeFrom(m)
 		if err != nil {

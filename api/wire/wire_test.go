@@ -31,6 +31,17 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, req) {
 		t.Fatalf("request round trip: %+v, %v", got, err)
 	}
+	leave := lease.LeaseRequest{
+		Namespace: "ns", Owner: "a", Addr: "127.0.0.1:1",
+		Header: lease.Header{Nonce: 9, Seq: 4, PeerNonce: 4, AckSeq: 3},
+		Held:   []lease.Lease{}, Refused: []lease.Lease{}, Leaving: true,
+	}
+	if pb := Request(leave); !pb.Leaving {
+		t.Fatal("Request dropped Leaving")
+	}
+	if got, err := RequestFrom(Request(leave)); err != nil || !reflect.DeepEqual(got, leave) {
+		t.Fatalf("leaving request round trip: %+v, %v", got, err)
+	}
 	resp := lease.LeaseResponse{Namespace: "ns", Owner: "a", Header: lease.Header{Nonce: 1, Seq: 2, PeerNonce: 9, AckSeq: 3},
 		Renew: []lease.Lease{{Range: ring.Full(), Gen: 3}}, Grant: []lease.Lease{}}
 	gotResp, err := ResponseFrom(Response(resp))
@@ -56,6 +67,10 @@ func TestMalformed(t *testing.T) {
 		"gen zero":      func(r *fugev1.LeaseRequest) { r.Held = []*fugev1.Lease{{Range: &fugev1.Range{}, Gen: 0}} },
 		"nil migrated":  func(r *fugev1.LeaseRequest) { r.Migrated = []*fugev1.Range{nil} },
 		"too many held": func(r *fugev1.LeaseRequest) { r.Held = make([]*fugev1.Lease, MaxLeases+1) },
+		"leaving, holding": func(r *fugev1.LeaseRequest) {
+			r.Leaving = true
+			r.Held = []*fugev1.Lease{{Range: &fugev1.Range{Start: 1, End: 2}, Gen: 1}}
+		},
 	} {
 		r := proto.Clone(good).(*fugev1.LeaseRequest)
 		mut(r)

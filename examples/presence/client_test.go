@@ -190,7 +190,9 @@ func router(t *testing.T, l *lb.Lookup) string {
 		rp := &httputil.ReverseProxy{
 			Rewrite:        func(pr *httputil.ProxyRequest) { pr.SetURL(&url.URL{Scheme: "http", Host: addr}) },
 			ModifyResponse: func(resp *http.Response) error { return misdirected(resp) },
-			ErrorHandler:   func(w http.ResponseWriter, _ *http.Request, _ error) { http.Error(w, "upstream", http.StatusServiceUnavailable) },
+			ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
+				http.Error(w, "upstream", http.StatusServiceUnavailable)
+			},
 		}
 		rp.ServeHTTP(w, r)
 	})
