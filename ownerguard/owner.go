@@ -29,6 +29,7 @@ type Owner struct {
 
 	view        atomic.Pointer[View]
 	incarnation atomic.Uint64
+	abandon     atomic.Bool // Abandon: end without a clean leave
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -205,6 +206,18 @@ func (o *Owner) Err() error {
 // Every goroutine the Owner started has ended when Close returns,
 // including pending upcalls. Close is idempotent. Canceling Start's context
 // ends the session the same way.
+// Abandon ends the incarnation as a crash would: checks fail from then on
+// and the ownership upcall hears every held range revoked, as with Close,
+// but the manager is not told; it regrants the arcs only when they expire,
+// T·65/60 after their last renewal. It is for tests and benchmarks that
+// model crashed or restarted processes (PRS §7.1); a server that stops
+// should call Close. Abandon after Close (or Close after Abandon) does
+// nothing more.
+func (o *Owner) Abandon() error {
+	o.abandon.Store(true)
+	return o.Close()
+}
+
 func (o *Owner) Close() error {
 	o.mu.Lock()
 	o.closed = true

@@ -141,3 +141,46 @@ func TestOwnerCloseLeavesCleanly(t *testing.T) {
 		t.Errorf("the lookup has the key under generation %d (ok %v), want a new one (> %d)", g, ok, h.Gen)
 	}
 }
+
+// TestOwnerAbandonIsACrash: Abandon stops the checks at once but tells the
+// manager nothing, so b's arcs stay b's until they expire; with a short T
+// they then go to a.
+func TestOwnerAbandonIsACrash(t *testing.T) {
+	const T = time.Second
+	m := fugetest.StartManager(t, fugetest.Options{T: T})
+	a := m.Owner(t, "a", "127.0.0.1:1", nil)
+	b := m.Owner(t, "b", "127.0.0.1:2", nil)
+	l := m.Lookup(t, "l", nil)
+	m.Settled(t, l, "a", "b")
+	fugetest.Eventually(t, "b to hold what the manager granted it", func() bool { return len(b.Held()) > 0 })
+	key := b.Held()[0].Range.End
+	start := time.Now()
+	if err := b.Abandon(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.GetOwnershipHandle(key); ok || len(b.Held()) != 0 {
+		t.Fatalf("checks still succeed after Abandon: held %v", b.Held())
+	}
+	// Right after Abandon the manager still lists b: it was not told.
+	arcs, err := m.Arcs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := 0
+	for _, x := range arcs {
+		if x.Owner == "b" {
+			bs++
+		}
+	}
+	if bs == 0 {
+		t.Fatal("the manager moved b's arcs at once: Abandon told it")
+	}
+	fugetest.Eventually(t, "b's arcs to expire to a", func() bool {
+		_, ok := a.GetOwnershipHandle(key)
+		return ok
+	})
+	if took, hold := time.Since(start), manager.HoldDuration(T); took < hold-T/4 {
+		// b's last renewal was at most T/4 before Abandon.
+		t.Errorf("b's arcs moved %v after Abandon, before the hold time %v less a renewal interval", took, hold)
+	}
+}

@@ -314,6 +314,15 @@ func (s *session) shutdown() {
 	// view must be in place, for every check, before that request is handed
 	// to the stream. Nothing the Core does from here on is published.
 	s.o.publish(emptyView(), nil, s.core.View().heldRanges(), s.core.Stats())
+	if s.o.abandon.Load() { // Abandon: end as a crash would, telling no one
+		if s.cur != nil {
+			s.cur.cancel()
+		}
+		s.streams.Wait()
+		s.closeConns()
+		s.o.log.Info("ownerguard: session abandoned")
+		return
+	}
 	var timeout <-chan struct{} // closed at the CloseTimeout; nil: no wait
 	if s.cfg.CloseTimeout > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CloseTimeout)

@@ -46,15 +46,19 @@ func main() {
 	every := flag.Duration("restart-every", 12*time.Second, "mean time between node restarts during churn")
 	leaseT := flag.Duration("lease", 60*time.Second, "lease duration T")
 	seed := flag.Uint64("seed", 1, "seed for the restart schedule")
+	kind := flag.String("restart-kind", "crash", "how an owner restarts during churn: crash (its process dies: the manager is not told, as in PRS §7.1) or clean (Close: a clean leave, its arcs move to the others and back)")
 	memLimit := flag.String("memory-limit", "", "passed to fuge-manager --memory-limit (empty: Go's default)")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
-	if err := run(*owners, *lookups, *steady, *churn, *every, *leaseT, *seed, *memLimit); err != nil {
+	if *kind != "crash" && *kind != "clean" {
+		log.Fatalf("-restart-kind %q: want crash or clean", *kind)
+	}
+	if err := run(*owners, *lookups, *steady, *churn, *every, *leaseT, *seed, *memLimit, *kind); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed uint64, memLimit string) error {
+func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed uint64, memLimit, kind string) error {
 	dir, err := os.MkdirTemp("", "managerscale")
 	if err != nil {
 		return err
@@ -93,7 +97,7 @@ func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed
 		return &countingConn{Conn: c, in: &bytesIn, out: &bytesOut}, nil
 	}
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(dialer)}
-	p := &pool{managers: []string{grpcAddr}, dial: dial, lease: leaseT}
+	p := &pool{managers: []string{grpcAddr}, dial: dial, lease: leaseT, cleanRestarts: kind == "clean"}
 	ctx := context.Background()
 	// Owners first, then lookups: a pool is brought up before front ends
 	// are pointed at it, and the steady state does not depend on the order.
@@ -131,7 +135,7 @@ func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed
 	log.Printf("measuring churn (a restart every %v on average) for %v", every, churn)
 	rnd := rand.New(rand.NewPCG(seed, 0))
 	restarts := 0
-	rows = append(rows, measure(fmt.Sprintf("%d owners + %d lookups", nOwners, nLookups), fmt.Sprintf("churn, restart every %v", every), pid, churn, &bytesIn, &bytesOut,
+	rows = append(rows, measure(fmt.Sprintf("%d owners + %d lookups", nOwners, nLookups), fmt.Sprintf("churn, %s restart every %v", kind, every), pid, churn, &bytesIn, &bytesOut,
 		func(stop <-chan struct{}) {
 			for {
 				wait := time.Duration(rnd.ExpFloat64() * float64(every))
@@ -222,6 +226,9 @@ type pool struct {
 	owners   []*ownerguard.Owner
 	lookups  []*lb.Lookup
 	retired  counters // counts of clients closed by restarts
+	// cleanRestarts restarts owners with Close (a clean leave) instead of
+	// Abandon (a crash).
+	cleanRestarts bool
 }
 
 func (p *pool) newOwner(ctx context.Context, name string) *ownerguard.Owner {
@@ -281,7 +288,11 @@ func (p *pool) restartOne(ctx context.Context, rnd *rand.Rand) {
 		st := p.owners[k].Stats()
 		p.retired.ownerReconnects += st.Reconnects
 		p.retired.ownerResponses += st.Responses
-		p.owners[k].Close()
+		if p.cleanRestarts {
+			p.owners[k].Close()
+		} else {
+			p.owners[k].Abandon()
+		}
 		p.owners[k] = p.newOwner(ctx, fmt.Sprintf("owner-%04d", k))
 		return
 	}
