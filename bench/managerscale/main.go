@@ -361,12 +361,15 @@ func (c counters) String() string {
 		c.ownerReconnects, c.ownerResponses, c.lookupReconnects, c.lookupUpdates, c.heartbeats)
 }
 
+// close ends every client. Lookups go first, and owners are abandoned
+// rather than closed: 500 clean leaves would each commit and push a table
+// change to whatever lookups remain, for a manager about to be stopped.
 func (p *pool) close() {
-	for _, o := range p.owners {
-		o.Close()
-	}
 	for _, l := range p.lookups {
 		l.Close()
+	}
+	for _, o := range p.owners {
+		o.Abandon()
 	}
 }
 
