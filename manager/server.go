@@ -130,10 +130,14 @@ func (s *Server) Start(register func(*grpc.Server)) (err error) {
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(s.cfg.MaxMessageBytes),
-		// Thousands of idle client connections: keep read buffers small, or
-		// per-connection buffers (64 KiB each by default) dominate the
-		// manager's memory (write buffers are shared by default).
+		// Thousands of client connections: keep per-connection buffers
+		// small, or they dominate the manager's memory. Reads: 64 KiB each
+		// by default. Writes: a shared buffer is taken from a pool for each
+		// flush, but when a heartbeat or a table change goes to every
+		// lookup at once most connections hold one (32 KiB by default);
+		// larger messages bypass the buffer.
 		grpc.ReadBufferSize(8<<10),
+		grpc.WriteBufferSize(8<<10),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		// Clients ping the manager (and a dead owner's session expires after
 		// its hold time anyway): the server's own pings only reclaim
