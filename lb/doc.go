@@ -124,4 +124,13 @@
 //
 // Over xDS an arc carries no Clean flag, so a clean migration is signalled
 // as a loss: an extra notification, which PRS allows.
+//
+// # Balancers
+//
+// Balancer is what fuge-proxy routes by: Pick(keyHash) returns the backend
+// (address, range, generation) and Updated signals a change. Two
+// implementations: LeaseBalancer, the lease ring (a Lookup), and RoundRobin,
+// the baseline the benchmark compares against (an atomic counter over an
+// immutable snapshot of the pool, static or following a Lookup's owners),
+// which ignores the key. Pick takes no lock and does not allocate.
 package lb
