@@ -191,18 +191,6 @@ func raw(t testing.TB, addr, request string) (*http.Response, string) {
 	return resp, string(b)
 }
 
-// eventually polls cond until it holds or defaultTestTimeout passes.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(defaultTestTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond) // polling interval, not a guess at a duration
-	}
-}
-
 // recv waits for a value on ch or fails.
 func recv[T any](t testing.TB, what string, ch <-chan T) T {
 	t.Helper()

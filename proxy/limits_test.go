@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/fuge-project/fuge/internal/fugetest"
 )
 
 // TestBadRequests: each kind of bad input gets its documented status, never
@@ -156,7 +158,7 @@ func TestGracefulShutdown(t *testing.T) {
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- p.Shutdown(context.Background()) }()
-	eventually(t, "the listener to close", func() bool {
+	fugetest.Eventually(t, "the listener to close", func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()

@@ -48,7 +48,7 @@ func TestManagerRouting(t *testing.T) {
 	})
 	c := newClient(t)
 	admin := "http://" + p.AdminAddr().String()
-	eventually(t, "the proxy's table", func() bool {
+	fugetest.Eventually(t, "the proxy's table", func() bool {
 		resp, _ := do(t, c, "GET", admin+"/healthz", "")
 		return resp.StatusCode == 200
 	})
@@ -64,7 +64,7 @@ func TestManagerRouting(t *testing.T) {
 	}
 	// The proxy's Lookup may trail the test's by a push; wait until it has
 	// the settled table, then hold it to every key.
-	eventually(t, "the proxy to route like the manager", func() bool { return check("probe") == nil })
+	fugetest.Eventually(t, "the proxy to route like the manager", func() bool { return check("probe") == nil })
 	for i := range 300 {
 		if err := check(fmt.Sprintf("user-%d", i)); err != nil {
 			t.Fatal(err)
@@ -84,7 +84,7 @@ func TestManagerRouting(t *testing.T) {
 		c.Balance = BalanceRoundRobin
 		c.MissingKey = MissingKeyRoundRobin
 	})
-	eventually(t, "the round-robin proxy's table", func() bool {
+	fugetest.Eventually(t, "the round-robin proxy's table", func() bool {
 		resp, _ := do(t, c, "GET", "http://"+rr.AdminAddr().String()+"/healthz", "")
 		return resp.StatusCode == 200
 	})

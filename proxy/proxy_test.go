@@ -15,6 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/fuge-project/fuge/internal/fugetest"
 	"github.com/fuge-project/fuge/lb"
 	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/ring"
@@ -275,7 +276,7 @@ func TestPostRetriedWhenRefused(t *testing.T) {
 		resp, body := do(t, newClient(t), "POST", "http://"+p.Addr().String()+"/", "x", DefaultHeader, "k")
 		done <- fmt.Sprint(resp.StatusCode, " ", body)
 	}()
-	eventually(t, "the refused attempt", func() bool { return p.Stats().Refused > 0 })
+	fugetest.Eventually(t, "the refused attempt", func() bool { return p.Stats().Refused > 0 })
 	bal.set(to(good.addr, 2), good.addr)
 	if got := recv(t, "the response", done); got != "200 good" {
 		t.Fatalf("got %q, want 200 good", got)
@@ -300,7 +301,7 @@ func TestNoOwnerYet(t *testing.T) {
 		resp, body := do(t, newClient(t), "GET", "http://"+p.Addr().String()+"/", "", DefaultHeader, "k")
 		done <- fmt.Sprint(resp.StatusCode, " ", body)
 	}()
-	eventually(t, "the request to arrive", func() bool {
+	fugetest.Eventually(t, "the request to arrive", func() bool {
 		return p.server.GetOpenConnectionsCount() > 0
 	})
 	bal.set(to(o.addr, 1), o.addr)
@@ -393,7 +394,7 @@ func TestOwnerPoolsFollowTable(t *testing.T) {
 	do(t, c, "GET", "http://"+p.Addr().String()+"/", "", DefaultHeader, "k")
 	bal.set(to(b.addr, 2), b.addr)
 	do(t, c, "GET", "http://"+p.Addr().String()+"/", "", DefaultHeader, "k")
-	eventually(t, "a's pool to go", func() bool { return p.Stats().Owners == 1 })
+	fugetest.Eventually(t, "a's pool to go", func() bool { return p.Stats().Owners == 1 })
 	_, m := do(t, c, "GET", "http://"+p.AdminAddr().String()+"/metrics", "")
 	if strings.Contains(m, a.addr) || !strings.Contains(m, b.addr) {
 		t.Fatalf("latency series: want only %s\n%s", b.addr, m)
