@@ -26,6 +26,24 @@
 // other owner can be granted what it held. A leaving request dropped as
 // racing changes nothing: the leases then expire as after a crash.
 //
+// Owner names and incarnations: an owner's name is its place in the ring
+// (its hash_key), not an identity. Each process that runs under a name is
+// an incarnation with a fresh random nonce, and the manager assumes nothing
+// about how many processes use a name at once: a restarted pod under a
+// stable name may start while its predecessor still runs, cut off from the
+// manager, believing its leases until they run out. So when a request
+// opens a new incarnation of a name, the manager retires the previous one
+// (its later requests are refused, and it can renew nothing), and the arcs
+// it held become orphans: nobody may renew or release them, and they are
+// granted again, to the new incarnation or anyone else, only when they
+// expire, T·65/60 after the manager last heard from the old incarnation.
+// Until then the new incarnation waits and is granted nothing, so every
+// arc held under a name belongs to a single incarnation; the replicated
+// owner record says which (a waiting incarnation's name holds only
+// orphans), so a new leader restores the same rule. The price is that a
+// restart under the same name waits out the hold like a crash does; a
+// clean leave (Owner.Close) releases everything at once and avoids it.
+//
 // Clocks (Centrifuge §2.3.1): every message from the manager acknowledges one
 // request (AckSeq). The owner holds everything in an accepted response until
 // T after the moment it sent that request, by its own clock; the manager keeps

@@ -16,6 +16,9 @@ var (
 	ErrNamespaceExists  = errors.New("manager: namespace exists")
 	ErrUnknownOwner     = errors.New("manager: unknown owner")
 	ErrBadRequest       = errors.New("manager: bad request")
+	// ErrIncarnationReplaced refuses a request from an incarnation of an
+	// owner name that a newer incarnation has replaced.
+	ErrIncarnationReplaced = errors.New("manager: owner incarnation replaced by a newer one under the same name")
 )
 
 // Config configures the lease core. Durations are in the manager's own clock.
@@ -35,6 +38,11 @@ type Config struct {
 	// DisableRaceFilter turns off the sequence-number checks. Only for the
 	// simulator's negative controls: it breaks the single-copy guarantee.
 	DisableRaceFilter bool
+	// UnsafeReplace lets a new incarnation of an owner name take over its
+	// predecessor's arcs at once, as Fuge did before, instead of waiting
+	// until they expire. Only for the simulator's negative controls: it
+	// breaks the single-copy guarantee when the predecessor still runs.
+	UnsafeReplace bool
 }
 
 // DefaultConfig returns the documented defaults (with Nonce 1).

@@ -108,7 +108,9 @@ func (m *Manager) namespace(name string) (*namespace, error) {
 
 // Request handles a LeaseRequest from an owner received at now. A leaving
 // request (Leaving set, Held empty) takes the owner out of the ring and
-// regrants its arcs in the same step; see lease.LeaseRequest.Leaving.
+// regrants its arcs in the same step; see lease.LeaseRequest.Leaving. A
+// request from an incarnation that a newer one under the same name has
+// replaced is refused with ErrIncarnationReplaced and changes nothing.
 func (m *Manager) Request(req lease.LeaseRequest, now time.Time) (Output, error) {
 	n, err := m.namespace(req.Namespace)
 	if err != nil {
@@ -123,7 +125,7 @@ func (m *Manager) Request(req lease.LeaseRequest, now time.Time) (Output, error)
 	if err := checkLeases(req.Held); err != nil {
 		return Output{}, err
 	}
-	return n.request(req, now), nil
+	return n.request(req, now)
 }
 
 // checkLeases rejects held sets that overlap: a well-behaved owner's never do.

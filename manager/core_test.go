@@ -274,8 +274,8 @@ func TestLateMessageFromEndedIncarnationIsDropped(t *testing.T) {
 	fresh := &owner{name: "a", nonce: 2}
 	exchange(t, m, t0, fresh)
 	before, _ := m.Leases("ns")
-	if _, err := m.Request(late, t0); err != nil {
-		t.Fatal(err)
+	if _, err := m.Request(late, t0); !errors.Is(err, ErrIncarnationReplaced) {
+		t.Fatalf("late message from a replaced incarnation: err = %v, want ErrIncarnationReplaced", err)
 	}
 	if s := m.Stats(); s.DroppedOld != 1 {
 		t.Errorf("DroppedOld = %d, want 1", s.DroppedOld)

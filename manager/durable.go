@@ -28,6 +28,13 @@ type OwnerRecord struct {
 	Name, Addr string
 	Nonce      uint64
 	Draining   bool
+	// Waiting: this incarnation replaced a live one and is granted nothing
+	// until its predecessors' leases expire; meanwhile every arc held
+	// under the name is theirs (an orphan), not this incarnation's.
+	Waiting bool `json:",omitempty"`
+	// Retired lists the nonces of ended incarnations of the name, newest
+	// last (at most 16), whose requests are refused.
+	Retired []uint64 `json:",omitempty"`
 }
 
 // LoggedChange is one retained change-log entry.
@@ -139,7 +146,8 @@ func (n *namespace) ownerRecords() []OwnerRecord {
 	out := []OwnerRecord{} // non-nil: an empty list is a change too
 	for _, name := range sortedKeys(n.sessions) {
 		s := n.sessions[name]
-		out = append(out, OwnerRecord{Name: name, Addr: s.addr, Nonce: s.nonce, Draining: s.draining})
+		out = append(out, OwnerRecord{Name: name, Addr: s.addr, Nonce: s.nonce, Draining: s.draining,
+			Waiting: s.waiting, Retired: slices.Clone(n.retired[name])})
 	}
 	return out
 }
@@ -151,7 +159,9 @@ func (n *namespace) ownerRecords() []OwnerRecord {
 // safe, and no lease is lost to a failover. Every owner session is taken as
 // live from now. Held leases are marked confirmed, so the new leader only
 // ever renews them: an owner that never received a grant refuses the
-// renewal and the range is granted anew under a new generation.
+// renewal and the range is granted anew under a new generation. The arcs
+// of a name whose session is waiting belong to the incarnation it
+// replaced: they are restored as orphans, which only expire.
 // cfg.Nonce must be new for this leadership term.
 func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, error) {
 	m, err := New(cfg)
@@ -166,10 +176,19 @@ func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, erro
 		n := newNamespace(m, nc, now)
 		n.nextGen = st.NextGen
 		until := now.Add(n.hold).UnixNano()
+		waiting := map[string]bool{}
+		for _, o := range st.Owners {
+			waiting[o.Name] = o.Waiting
+		}
 		arcs := make([]ring.Assignment[arc], 0, len(st.Entries))
 		for _, e := range st.Entries {
 			a := arc{gen: e.Gen}
-			if e.Owner != "" {
+			switch {
+			case e.Owner != "" && waiting[e.Owner]:
+				// Held by an incarnation that a waiting one replaced: it
+				// stays an orphan until it expires.
+				a = arc{holder: e.Owner, gen: e.Gen, st: Recalling, confirmed: true, expiry: until, orphan: true, orphanAddr: e.Addr}
+			case e.Owner != "":
 				a = arc{holder: e.Owner, gen: e.Gen, st: Granted, confirmed: true, expiry: until}
 				n.addrs[e.Owner] = e.Addr
 			}
@@ -182,9 +201,12 @@ func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, erro
 		n.view.SetAll(appendAssignments(nil, st.Entries))
 		n.view.Compact()
 		for _, o := range st.Owners {
-			n.sessions[o.Name] = &session{name: o.Name, addr: o.Addr, nonce: o.Nonce, draining: o.Draining, lastRecv: now}
-			if _, ok := n.addrs[o.Name]; !ok {
+			n.sessions[o.Name] = &session{name: o.Name, addr: o.Addr, nonce: o.Nonce, draining: o.Draining, waiting: o.Waiting, lastRecv: now}
+			if _, ok := n.addrs[o.Name]; !ok || o.Waiting {
 				n.addrs[o.Name] = o.Addr
+			}
+			if len(o.Retired) > 0 {
+				n.retired[o.Name] = slices.Clone(o.Retired)
 			}
 		}
 		n.membersChanged = true

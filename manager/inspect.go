@@ -14,7 +14,10 @@ type ArcInfo struct {
 	Gen       lease.Gen
 	State     State
 	Confirmed bool
-	Expiry    time.Time // manager-side hold end; zero when free
+	// Orphan: held by an incarnation that a newer one under the same name
+	// replaced; it is granted again only once it expires.
+	Orphan bool
+	Expiry time.Time // manager-side hold end; zero when free
 }
 
 // Leases returns a namespace's lease table in ring order.
@@ -25,7 +28,7 @@ func (m *Manager) Leases(ns string) ([]ArcInfo, error) {
 	}
 	out := make([]ArcInfo, 0, n.table.Len())
 	n.table.Each(func(r ring.Range, a arc) {
-		ai := ArcInfo{Range: r, Owner: a.holder, Gen: a.gen, State: a.st, Confirmed: a.confirmed}
+		ai := ArcInfo{Range: r, Owner: a.holder, Gen: a.gen, State: a.st, Confirmed: a.confirmed, Orphan: a.orphan}
 		if a.st != Free {
 			ai.Expiry = time.Unix(0, a.expiry)
 		}
@@ -49,6 +52,7 @@ type OwnerInfo struct {
 	Nonce      uint64
 	LastHeard  time.Time
 	Draining   bool
+	Waiting    bool // replaced a live incarnation; granted nothing until its leases expire
 	VNodes     int
 }
 
@@ -65,7 +69,7 @@ func (m *Manager) Owners(ns string) ([]OwnerInfo, error) {
 	out := make([]OwnerInfo, 0, len(n.sessions))
 	for _, name := range sortedKeys(n.sessions) {
 		s := n.sessions[name]
-		out = append(out, OwnerInfo{Name: name, Addr: s.addr, Nonce: s.nonce, LastHeard: s.lastRecv, Draining: s.draining, VNodes: v[name]})
+		out = append(out, OwnerInfo{Name: name, Addr: s.addr, Nonce: s.nonce, LastHeard: s.lastRecv, Draining: s.draining, Waiting: s.waiting, VNodes: v[name]})
 	}
 	return out, nil
 }

@@ -39,6 +39,13 @@ type arc struct {
 	confirmed bool  // the holder listed it since the grant: send as renewal, never re-grant
 	clean     bool  // freed by a clean migration: its new generation is not a loss
 	expiry    int64 // manager-side hold end, unix nanoseconds; 0 when free
+	// orphan marks an arc held by an earlier incarnation of holder, which
+	// a newer one has replaced: no session can renew or release it (its
+	// holder may still run, cut off, and believe it until its own lease
+	// ends), so it is Recalling until it expires. orphanAddr is where that
+	// incarnation served it, which lookups keep routing to meanwhile.
+	orphan     bool
+	orphanAddr string
 }
 
 // session is one incarnation of an owner, as the manager knows it.
@@ -50,6 +57,10 @@ type session struct {
 	lastRecv   time.Time
 	resendAt   time.Time // pending re-send after a dropped racing request
 	draining   bool
+	// waiting marks a new incarnation that replaced a live one: it is
+	// granted nothing while any arc of its name is an orphan (a name is
+	// not an identity; see replace).
+	waiting bool
 }
 
 // namespace is one pool: its owners, lease table and change log.
@@ -104,7 +115,7 @@ func (n *namespace) retire(name string, nonce uint64) {
 }
 
 // request handles one LeaseRequest (Centrifuge §2.3).
-func (n *namespace) request(req lease.LeaseRequest, now time.Time) Output {
+func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, error) {
 	st := &n.m.stats
 	st.Requests++
 	filter := !n.m.cfg.DisableRaceFilter
@@ -112,30 +123,23 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) Output {
 	opening := false
 	if s == nil || s.nonce != req.Nonce {
 		if slices.Contains(n.retired[req.Owner], req.Nonce) {
-			st.DroppedOld++ // a late message from an ended incarnation
-			return n.step(now, nil)
+			// A late message from an ended incarnation, or one that a
+			// newer incarnation replaced while it was cut off.
+			st.DroppedOld++
+			return Output{}, ErrIncarnationReplaced
 		}
 		if s != nil {
-			// A new incarnation under the same name: the old one is gone
-			// (a name is one process at a time). Whatever it held can only
-			// be renewed, which the new incarnation refuses, so every range
-			// it held gets a new generation and a loss notification.
 			n.retire(s.name, s.nonce)
-			n.ownersDirty = true
 			// The new incarnation is not draining: a restart after a clean
 			// leave (or a drain) puts the name back in the ring.
 			n.membersChanged = n.membersChanged || s.draining
-			for i := 0; i < n.table.Len(); i++ {
-				if a := n.table.Value(i); a.holder == req.Owner && a.st != Free {
-					a.confirmed = true
-					n.table.SetValue(i, a)
-				}
-			}
 		} else {
-			n.membersChanged, n.ownersDirty = true, true
+			n.membersChanged = true
 		}
+		n.ownersDirty = true
 		s = &session{name: req.Owner, addr: req.Addr, nonce: req.Nonce}
 		n.sessions[req.Owner] = s
+		n.replace(s)
 		if n.addrs[req.Owner] != req.Addr {
 			n.addrs[req.Owner] = req.Addr
 		}
@@ -143,7 +147,7 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) Output {
 		st.Opened++
 	} else if filter && req.Seq <= s.peerSeq {
 		st.DroppedStale++
-		return n.step(now, nil)
+		return n.step(now, nil), nil
 	}
 	s.peerSeq = req.Seq
 	s.lastRecv = now
@@ -161,7 +165,7 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) Output {
 		if s.resendAt.IsZero() {
 			s.resendAt = now.Add(n.m.backoff())
 		}
-		return n.step(now, nil)
+		return n.step(now, nil), nil
 	}
 	st.Accepted++
 	st.Refused += uint64(len(req.Refused))
@@ -172,7 +176,61 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) Output {
 		n.applyHeld(s, req)
 	}
 	n.dirty[s.name] = true
-	return n.step(now, nil)
+	return n.step(now, nil), nil
+}
+
+// replace makes s, a new session, the incarnation of its name. A name is
+// not an identity: an earlier incarnation may still run, cut off from the
+// manager (a restarted pod whose old process is only partitioned) and
+// believe what it held until its own lease ends, T after the last request
+// it sent. So its arcs become orphans: no session may renew or release
+// them, and they are granted again, to anyone, s included, only once they
+// expire, T·65/60 after the manager last heard from that incarnation. Until
+// then s waits and is granted nothing, so that every arc held under a name
+// belongs to one incarnation, which is what a new leader needs to know to
+// restore the table (OwnerRecord.Waiting). With UnsafeReplace (negative
+// control) the old behaviour: the arcs pass to s as renewals, which it
+// refuses, and they are regranted at once.
+func (n *namespace) replace(s *session) {
+	for i := 0; i < n.table.Len(); i++ {
+		a := n.table.Value(i)
+		if a.holder != s.name || a.st == Free {
+			continue
+		}
+		if n.m.cfg.UnsafeReplace {
+			a.confirmed = true
+		} else if !a.orphan {
+			a.st, a.confirmed, a.orphan, a.orphanAddr = Recalling, true, true, n.addrs[a.holder]
+		}
+		s.waiting = s.waiting || a.orphan
+		n.table.SetValue(i, a)
+	}
+}
+
+// endWaits lets waiting sessions be granted once no orphan of their name
+// is left. It runs after expiry in each step.
+func (n *namespace) endWaits() {
+	var waiting []*session
+	for _, s := range n.sessions {
+		if s.waiting {
+			waiting = append(waiting, s)
+		}
+	}
+	if len(waiting) == 0 {
+		return
+	}
+	orphans := map[string]bool{}
+	for i := 0; i < n.table.Len(); i++ {
+		if a := n.table.Value(i); a.orphan {
+			orphans[a.holder] = true
+		}
+	}
+	for _, s := range waiting {
+		if !orphans[s.name] {
+			s.waiting = false
+			n.ownersDirty, n.changed = true, true
+		}
+	}
 }
 
 // leave takes s out of the desired ring on a clean leave
@@ -208,7 +266,7 @@ func (n *namespace) applyHeld(s *session, req lease.LeaseRequest) {
 	// Every arc now lies inside one arc of held and one of mig.
 	for i := 0; i < n.table.Len(); i++ {
 		a := n.table.Value(i)
-		if a.holder != s.name || a.st == Free {
+		if a.holder != s.name || a.st == Free || a.orphan {
 			continue
 		}
 		r, _ := n.table.At(i)
@@ -267,6 +325,7 @@ func (n *namespace) step(now time.Time, _ []string) Output {
 			n.changed = true
 		}
 	}
+	n.endWaits()
 	// A plain renewal changes nothing: the table is reconciled, compacted
 	// and diffed only after an arc was freed or the membership changed.
 	changed := n.changed || n.membersChanged
@@ -336,7 +395,17 @@ func (n *namespace) reconcile() {
 		a := n.table.Value(i)
 		r, _ := n.table.At(i)
 		want := d.LookupOwner(r.End)
+		if ws := n.sessions[want]; ws != nil && ws.waiting {
+			// Nothing moves toward an owner that may not be granted
+			// anything yet: its arcs stay where they are until it may.
+			want = ""
+			if a.st != Free {
+				continue
+			}
+		}
 		switch {
+		case a.orphan:
+			continue // only expiry ends it
 		case a.st == Granted && a.holder != want:
 			a.st = Recalling
 			a.confirmed = true // from now on it may only be renewed

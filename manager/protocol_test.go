@@ -31,19 +31,27 @@ func TestProtocol(t *testing.T) {
 }
 
 type msg struct {
-	to  string // "mgr" or an owner name
-	req *lease.LeaseRequest
-	res *lease.LeaseResponse
+	from string // the sending process's label, for requests
+	to   string // "mgr" or a process label
+	req  *lease.LeaseRequest
+	res  *lease.LeaseResponse
 }
 
+// An owner process is named by its label: the owner name, or, for a second
+// process under a name that is already running, the label given with as=.
+// Manager messages for an owner name go to the process of that name whose
+// incarnation they address, else to the one started last.
 type harness struct {
 	t           *testing.T
 	now         time.Time
 	mgr         *manager.Manager
+	cfg         manager.Config
+	state       manager.NamespaceState // the replicated state, from the commits
 	T           time.Duration
-	owners      map[string]*ownerguard.Core
+	owners      map[string]*ownerguard.Core // by process label
+	latest      map[string]string           // owner name -> label of the process started last
 	incarnation map[string]uint64
-	cut         map[string]bool
+	cut         map[string]bool // by process label, or "mgr"
 	flight      []msg
 	out         strings.Builder
 }
@@ -60,12 +68,25 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "start":
 		var name string
 		d.ScanArgs(t, "name", &name)
-		h.start(name)
+		label := name
+		d.MaybeScanArgs(t, "as", &label)
+		h.start(name, label)
 	case "crash":
 		var name string
 		d.ScanArgs(t, "name", &name)
 		delete(h.owners, name)
 		h.printf("%s crashed", name)
+	case "failover":
+		// The leader's lease core is replaced by one restored from the
+		// replicated state under a new nonce, as a new raft leader does.
+		h.cfg.Nonce++
+		m, err := manager.Restore(h.cfg, []manager.NamespaceState{h.state}, h.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.mgr = m
+		h.printf("manager failover: new nonce=%x, restored at LSN %d", h.cfg.Nonce, h.state.LSN)
+		h.managerOutput(m.Tick(h.now))
 	case "leave":
 		// A clean leave, as Owner.Close does it: the core stops believing,
 		// then its last request (Held empty, leaving) is sent.
@@ -90,7 +111,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h.advance(dur)
+		h.advance(dur, d.HasArg("deliver"))
 	case "drain":
 		var name string
 		d.ScanArgs(t, "name", &name)
@@ -131,11 +152,16 @@ func (h *harness) init(t *testing.T, d *datadriven.TestData) {
 	if err := m.CreateNamespace(manager.NamespaceConfig{Name: "ns", RingSize: r}, h.now); err != nil {
 		t.Fatal(err)
 	}
-	h.mgr, h.owners, h.incarnation, h.cut, h.flight = m, map[string]*ownerguard.Core{}, map[string]uint64{}, map[string]bool{}, nil
+	st, err := manager.NewNamespaceState(manager.NamespaceConfig{Name: "ns", RingSize: r}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mgr, h.cfg, h.state = m, cfg, st
+	h.owners, h.latest, h.incarnation, h.cut, h.flight = map[string]*ownerguard.Core{}, map[string]string{}, map[string]uint64{}, map[string]bool{}, nil
 	h.printf("manager nonce=%x ring=%d T=%v hold=%v", cfg.Nonce, r, h.T, manager.HoldDuration(h.T))
 }
 
-func (h *harness) start(name string) {
+func (h *harness) start(name, label string) {
 	h.incarnation[name]++
 	cfg := ownerguard.DefaultCoreConfig()
 	cfg.Namespace, cfg.Name, cfg.Addr = "ns", name, name+":80"
@@ -146,9 +172,14 @@ func (h *harness) start(name string) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.owners[name] = c
-	h.printf("%s started incarnation=%x", name, cfg.Incarnation)
-	h.ownerOutput(name, c.Start(h.now))
+	h.owners[label] = c
+	h.latest[name] = label
+	if label != name {
+		h.printf("%s started incarnation=%x as %s", name, cfg.Incarnation, label)
+	} else {
+		h.printf("%s started incarnation=%x", name, cfg.Incarnation)
+	}
+	h.ownerOutput(label, c.Start(h.now))
 }
 
 // send queues a message unless its sender or receiver is partitioned.
@@ -161,17 +192,20 @@ func (h *harness) send(from string, m msg) {
 	h.printf("  %s", h.describe(m))
 }
 
-func (h *harness) ownerOutput(name string, o ownerguard.Output) {
+func (h *harness) ownerOutput(label string, o ownerguard.Output) {
 	if len(o.Granted) > 0 || len(o.Revoked) > 0 {
-		h.printf("  %s upcall: granted %s revoked %s", name, ranges(o.Granted), ranges(o.Revoked))
+		h.printf("  %s upcall: granted %s revoked %s", label, ranges(o.Granted), ranges(o.Revoked))
 	}
 	if o.Send != nil {
-		h.send(name, msg{to: "mgr", req: o.Send})
+		h.send(label, msg{from: label, to: "mgr", req: o.Send})
 	}
 }
 
 func (h *harness) managerOutput(o manager.Output) {
 	for _, nc := range o.Commits {
+		if err := h.state.Apply(nc, h.cfg.LogRetention); err != nil {
+			h.t.Fatalf("replicated state: %v", err)
+		}
 		for _, c := range nc.Changes {
 			clean := ""
 			if c.Clean {
@@ -181,8 +215,21 @@ func (h *harness) managerOutput(o manager.Output) {
 		}
 	}
 	for i := range o.Send {
-		h.send("mgr", msg{to: o.Send[i].Owner, res: &o.Send[i]})
+		h.send("mgr", msg{to: h.addressee(o.Send[i]), res: &o.Send[i]})
 	}
+}
+
+// addressee is the label of the process a manager message goes to.
+func (h *harness) addressee(r lease.LeaseResponse) string {
+	for _, label := range sortedNames(h.owners) {
+		if c := h.owners[label]; c.Config().Name == r.Owner && c.Config().Incarnation == r.PeerNonce {
+			return label
+		}
+	}
+	if l, ok := h.latest[r.Owner]; ok {
+		return l
+	}
+	return r.Owner
 }
 
 // deliver hands in-flight messages to their receivers: the oldest one to
@@ -270,9 +317,21 @@ func (h *harness) noteManagerDrops(b, a manager.Stats) {
 }
 
 // advance moves the clock and runs every timer that came due, in order.
-func (h *harness) advance(d time.Duration) {
+// With deliver, every message is delivered as soon as it is sent (a network
+// with no delay), after each timer.
+func (h *harness) advance(d time.Duration, deliver bool) {
 	end := h.now.Add(d)
 	for {
+		if deliver {
+			for steps := 0; len(h.flight) > 0; steps++ {
+				if steps > 1000 {
+					h.t.Fatal("messages keep flowing")
+				}
+				m := h.flight[0]
+				h.flight = h.flight[1:]
+				h.receive(m)
+			}
+		}
 		next, who := end, ""
 		if t := h.mgr.NextDeadline(); !t.IsZero() && !t.After(next) {
 			next, who = t, "mgr"
@@ -308,6 +367,9 @@ func (h *harness) leases() {
 		if !a.Expiry.IsZero() {
 			exp = fmt.Sprintf(" until +%v", a.Expiry.Sub(t0))
 		}
+		if a.Orphan {
+			exp += " orphan"
+		}
 		h.printf("%s %-9s %-3q gen=%d%s", rng(a.Range), a.State, a.Owner, a.Gen, exp)
 	}
 }
@@ -333,10 +395,10 @@ func (h *harness) describe(m msg) string {
 		if r.Leaving {
 			leaving = " leaving"
 		}
-		return fmt.Sprintf("%s -> mgr: seq=%d ack=%d held=[%s]%s", r.Owner, r.Seq, r.AckSeq, strings.Join(held, " "), leaving)
+		return fmt.Sprintf("%s -> mgr: seq=%d ack=%d held=[%s]%s", m.from, r.Seq, r.AckSeq, strings.Join(held, " "), leaving)
 	}
 	r := m.res
-	return fmt.Sprintf("mgr -> %s: seq=%d ack=%d renew=%s grant=%s", r.Owner, r.Seq, r.AckSeq, leases(r.Renew), leases(r.Grant))
+	return fmt.Sprintf("mgr -> %s: seq=%d ack=%d renew=%s grant=%s", m.to, r.Seq, r.AckSeq, leases(r.Renew), leases(r.Grant))
 }
 
 func leases(ls []lease.Lease) string {

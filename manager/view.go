@@ -20,10 +20,14 @@ func (v viewVal) same(w viewVal) bool {
 }
 
 // projection is the lookups' view of one lease-table arc: recalling arcs are
-// still served by their holder until released.
+// still served by their holder until released, and an orphan by the
+// incarnation that held it, at the address it had.
 func (n *namespace) projection(a arc) viewVal {
-	if a.st == Free {
+	switch {
+	case a.st == Free:
 		return viewVal{Gen: a.gen, clean: a.clean}
+	case a.orphan:
+		return viewVal{Owner: a.holder, Addr: a.orphanAddr, Gen: a.gen, clean: a.clean}
 	}
 	return viewVal{Owner: a.holder, Addr: n.addrs[a.holder], Gen: a.gen, clean: a.clean}
 }

@@ -8,12 +8,14 @@ import (
 
 	"github.com/fuge-project/fuge/lb"
 	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ownerguard"
 	"github.com/fuge-project/fuge/ring"
 )
 
 // checker enforces the guarantees at every event.
 //
-//	I1  no two owners believe they hold the same key at the same true instant
+//	I1  no two owner processes (incarnations, even of one name) believe they
+//	    hold the same key at the same true instant
 //	G   per point, generations only grow, and every visible change makes a new one
 //	I4  every lease loss reaches every lookup as a loss notification within B
 //	L   once faults stop, within Settle every arc is held by its desired owner,
@@ -114,18 +116,20 @@ type interval struct {
 func (c *checker) checkI1() {
 	var iv []interval
 	for _, o := range c.w.order {
-		for _, l := range o.held() {
-			r := l.Range
-			switch {
-			case r.IsFull():
-				iv = append(iv, interval{0, ^uint64(0), o.name, l.Gen})
-			case r.Start < r.End:
-				iv = append(iv, interval{r.Start + 1, r.End, o.name, l.Gen})
-			default:
-				if r.Start != ^uint64(0) {
-					iv = append(iv, interval{r.Start + 1, ^uint64(0), o.name, l.Gen})
+		for _, b := range o.beliefs() {
+			for _, l := range b.leases {
+				r := l.Range
+				switch {
+				case r.IsFull():
+					iv = append(iv, interval{0, ^uint64(0), b.who, l.Gen})
+				case r.Start < r.End:
+					iv = append(iv, interval{r.Start + 1, r.End, b.who, l.Gen})
+				default:
+					if r.Start != ^uint64(0) {
+						iv = append(iv, interval{r.Start + 1, ^uint64(0), b.who, l.Gen})
+					}
+					iv = append(iv, interval{0, r.End, b.who, l.Gen})
 				}
-				iv = append(iv, interval{0, r.End, o.name, l.Gen})
 			}
 		}
 	}
@@ -259,11 +263,18 @@ func (c *checker) liveness() {
 			return
 		}
 		o := c.w.owners[a.Owner]
-		if o == nil || o.core == nil {
+		var core *ownerguard.Core
+		if o != nil {
+			core = o.core
+			if tw := o.twin; tw != nil && (core == nil || !holds(core, a.Range.End, o.now())) {
+				core = tw.core // the earlier incarnation took the name up again
+			}
+		}
+		if core == nil {
 			c.violation(fmt.Sprintf("L: arc %v granted to %q, which is not running", a.Range, a.Owner))
 			return
 		}
-		h, ok := o.core.GetOwnershipHandle(a.Range.End, o.now())
+		h, ok := core.GetOwnershipHandle(a.Range.End, o.now())
 		if !ok || h.Gen != a.Gen {
 			c.violation(fmt.Sprintf("L: %s does not hold %v at gen %d (ok=%v gen=%d)", a.Owner, a.Range, a.Gen, ok, h.Gen))
 			return
@@ -278,4 +289,10 @@ func (c *checker) liveness() {
 			c.violation(fmt.Sprintf("L: %s's table (%d entries, LSN %d) differs from the manager's (%d entries)", l.name, len(got), l.core.LSN(), len(view)))
 		}
 	}
+}
+
+// holds reports whether c holds the point h at now.
+func holds(c *ownerguard.Core, h uint64, now time.Time) bool {
+	_, ok := c.GetOwnershipHandle(h, now)
+	return ok
 }

@@ -4,7 +4,9 @@ import "time"
 
 // scheduleFaults draws the fault schedule: owner crash and restart (same
 // name, new incarnation), pauses longer than a lease, partitions of owners
-// and lookups, joins and leaves. Half the restarts and leaves are clean
+// and lookups, joins and leaves, manager failovers, and a new incarnation
+// started under a live owner's name while the old one runs on, cut off
+// (with a failover during it half the time). Half the restarts and leaves are clean
 // (Owner.Close: Core.Leave), half are crashes.
 func (w *world) scheduleFaults() {
 	var next func()
@@ -49,7 +51,19 @@ func (w *world) randomFault() {
 		return live[s.rnd.IntN(len(live))]
 	}
 	T := w.p.T
-	switch k := s.rnd.IntN(11); {
+	switch k := s.rnd.IntN(12); {
+	case k == 11: // a second incarnation of a live owner's name
+		if o := pick(); o != nil && o.twin == nil && s.now >= o.pausedUntil {
+			d := s.uniform(T/10, 3*T)
+			w.logf("split %s: its running incarnation is cut off for %v and a new one starts under the same name", o.name, d)
+			o.split(d)
+			if s.rnd.IntN(2) == 0 { // and the manager's leader fails over meanwhile
+				s.after(s.uniform(0, T), func() {
+					w.logf("manager failover (during a split)")
+					w.mgr.failover()
+				})
+			}
+		}
 	case k == 10: // the manager's leader fails over
 		w.logf("manager failover")
 		w.mgr.failover()

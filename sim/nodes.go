@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -65,6 +66,9 @@ func (m *managerNode) now() time.Time { return m.clk.local(m.w.s.now) }
 
 func (m *managerNode) onRequest(req lease.LeaseRequest) {
 	out, err := m.core.Request(req, m.now())
+	if errors.Is(err, manager.ErrIncarnationReplaced) {
+		return // a late message from an ended incarnation, or a twin's
+	}
 	if err != nil {
 		m.w.violate("manager refused a well-formed request: %v", err)
 		return
@@ -129,6 +133,21 @@ type ownerNode struct {
 	gone        bool          // left for good
 	draining    bool          // drained: it leaves soon
 	timer       timer
+	// twin is an earlier incarnation that is still running, cut off from
+	// the manager, while a newer one under the same name has started (a
+	// restarted pod whose old process is only partitioned). It goes on
+	// renewing into the void and believing what it held until its own
+	// leases run out; the manager must not grant those ranges to anyone,
+	// its own successor included, before its hold has passed.
+	twin *twinNode
+}
+
+// twinNode is the still-running earlier incarnation of an owner name.
+type twinNode struct {
+	core        *ownerguard.Core
+	incarnation uint64 // the ownerNode incarnation it was
+	net         string // its network name, partitioned from the manager
+	timer       timer
 }
 
 func (o *ownerNode) now() time.Time { return o.clk.local(o.w.s.now) }
@@ -154,6 +173,47 @@ func (o *ownerNode) start() {
 func (o *ownerNode) crash() {
 	o.core = nil
 	o.timer.gen++ // cancel the pending tick
+}
+
+// split starts a second incarnation under o's name while the running one
+// goes on, cut off from the manager for d (then its messages reach the
+// manager again, which must treat them as an ended incarnation's). The old
+// core keeps its own clock, timers and beliefs.
+func (o *ownerNode) split(d time.Duration) {
+	if o.core == nil || o.twin != nil {
+		return
+	}
+	tw := &twinNode{core: o.core, incarnation: o.incarnation, net: fmt.Sprintf("%s/%d", o.name, o.incarnation)}
+	o.twin = tw
+	o.timer.gen++ // the old core's timer moves to the twin
+	o.w.net.partitioned[tw.net] = true
+	o.w.s.after(d, func() { delete(o.w.net.partitioned, tw.net) })
+	o.core = nil
+	o.twinHandle(tw, ownerguard.Output{})
+	o.start()
+}
+
+// twinTick runs the twin's timers: it expires its leases and keeps sending
+// requests, which the partition drops, or, once healed, the manager refuses.
+func (o *ownerNode) twinTick(tw *twinNode) {
+	if o.twin != tw {
+		return
+	}
+	o.twinHandle(tw, tw.core.Tick(o.now()))
+}
+
+func (o *ownerNode) twinHandle(tw *twinNode, out ownerguard.Output) {
+	if len(out.Granted) > 0 {
+		o.w.check.onGrant(o)
+	}
+	if out.Send != nil {
+		req := *out.Send
+		m := o.w.mgr
+		o.w.net.send(tw.net, func() { m.onRequest(req) })
+	}
+	if d := tw.core.NextDeadline(); !d.IsZero() {
+		tw.timer.arm(o.w.s, o.clk.trueAt(d), func() { o.twinTick(tw) })
+	}
 }
 
 // leave closes the running incarnation cleanly, as Owner.Close does: the
@@ -184,8 +244,14 @@ func (o *ownerNode) leave() {
 	o.timer.gen++ // nothing is due: a core that left has no deadline
 }
 
-// deliver hands a manager message to whatever incarnation runs now.
+// deliver hands a manager message to whatever incarnation runs now, or to
+// a twin it is addressed to (a twin whose session the manager took up again
+// after every other incarnation of the name had expired).
 func (o *ownerNode) deliver(msg lease.LeaseResponse) {
+	if tw := o.twin; tw != nil && msg.PeerNonce == tw.core.Config().Incarnation {
+		o.twinHandle(tw, tw.core.Step(msg, o.now()))
+		return
+	}
 	if o.core == nil {
 		return
 	}
@@ -221,18 +287,31 @@ func (o *ownerNode) handle(out ownerguard.Output) {
 	}
 }
 
-// held is what this owner believes it holds at the current true instant.
-// A paused owner still believes: were it to serve a request now, it would
+// belief is what one process believes it holds, labelled by incarnation:
+// single copy is about processes, not names.
+type belief struct {
+	who    string
+	leases []lease.Lease
+}
+
+// beliefs is what this owner's processes believe they hold at the current
+// true instant: the running incarnation, a still-running earlier one (twin)
+// and, under a negative control, the belief a left incarnation kept. A
+// paused owner still believes: were it to serve a request now, it would
 // check its leases against its clock.
-func (o *ownerNode) held() []lease.Lease {
-	var ls []lease.Lease
+func (o *ownerNode) beliefs() []belief {
+	var bs []belief
+	now := o.now()
 	if o.ghost != nil {
-		ls = o.ghost.Held(o.now())
+		bs = append(bs, belief{fmt.Sprintf("%s#%d(left)", o.name, o.incarnation), o.ghost.Held(now)})
+	}
+	if o.twin != nil {
+		bs = append(bs, belief{fmt.Sprintf("%s#%d", o.name, o.twin.incarnation), o.twin.core.Held(now)})
 	}
 	if o.core != nil {
-		ls = append(ls, o.core.Held(o.now())...)
+		bs = append(bs, belief{fmt.Sprintf("%s#%d", o.name, o.incarnation), o.core.Held(now)})
 	}
-	return ls
+	return bs
 }
 
 // lookupNode is a front end with the Lookup core.

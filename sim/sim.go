@@ -34,6 +34,10 @@ type Params struct {
 	// owner that leaves cleanly tells the manager it holds nothing but goes
 	// on believing what it held until those leases expire.
 	LeaveKeepsBelief bool
+	// UnsafeReplace plants the bug issue 10 found (negative control): the
+	// manager hands a new incarnation its predecessor's arcs at once,
+	// although the predecessor may still run, cut off, and believe them.
+	UnsafeReplace bool
 	// Scripted, when set, replaces the random fault schedule.
 	Scripted func(w *world)
 }
@@ -100,6 +104,7 @@ func newWorld(p Params, log io.Writer) *world {
 	mcfg.RaceBackoffMin, mcfg.RaceBackoffMax = p.T/600, p.T/60
 	mcfg.Rand = rand.New(rand.NewPCG(s.rnd.Uint64(), 1))
 	mcfg.DisableRaceFilter = p.DisableRaceFilter
+	mcfg.UnsafeReplace = p.UnsafeReplace
 	core, err := manager.New(mcfg)
 	if err != nil {
 		panic(err)

@@ -79,3 +79,13 @@ func TestNegativeControlLeaveKeepsBelief(t *testing.T) {
 		p.LeaveKeepsBelief = true
 	})
 }
+
+// A new incarnation under a live owner's name (the old process cut off from
+// the manager, not dead) must not be granted its predecessor's ranges before
+// they expire. The manager as it was before issue 10 did so at once: two
+// processes of one name served the same keys.
+func TestNegativeControlSecondIncarnation(t *testing.T) {
+	negativeControl(t, 200, "I1:", func(p *Params) {
+		p.UnsafeReplace = true
+	})
+}
