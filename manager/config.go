@@ -21,12 +21,23 @@ var (
 	ErrIncarnationReplaced = errors.New("manager: owner incarnation replaced by a newer one under the same name")
 )
 
+// DefaultLeaseDuration is the default owner lease T. The manager holds a
+// lease T·65/60 = 8.67 s after the last renewal it received, so a crashed
+// owner's keys are granted again within about 9 s, like a load balancer's
+// health check (HAProxy marks a server down after 3 failed checks 2 s
+// apart). The price of a short T: every owner renews every T/4 = 2 s (500
+// owners are 250 requests a second on the leader), and an owner cut off
+// from every manager for longer than T stops serving. Centrifuge's 60 s
+// suits a pool that can wait a minute after a crash; set it per namespace.
+const DefaultLeaseDuration = 8 * time.Second
+
 // Config configures the lease core. Durations are in the manager's own clock.
 type Config struct {
 	// Nonce identifies this manager incarnation (PRS §4.2); nonzero.
 	Nonce uint64
 	// LeaseDuration is the default owner lease T for new namespaces
-	// (default 60 s). The manager holds a lease for T·65/60.
+	// (default DefaultLeaseDuration, 8 s). The manager holds a lease for
+	// T·65/60.
 	LeaseDuration time.Duration
 	// LogRetention is how long the change log keeps a change (default 5 min).
 	LogRetention time.Duration
@@ -49,10 +60,10 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Nonce:          1,
-		LeaseDuration:  60 * time.Second,
+		LeaseDuration:  DefaultLeaseDuration,
 		LogRetention:   5 * time.Minute,
-		RaceBackoffMin: 100 * time.Millisecond,
-		RaceBackoffMax: time.Second,
+		RaceBackoffMin: DefaultLeaseDuration / 600,
+		RaceBackoffMax: DefaultLeaseDuration / 60,
 	}
 }
 

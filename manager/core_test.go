@@ -14,6 +14,8 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 func newTestManager(t *testing.T, r int) *Manager {
 	t.Helper()
 	cfg := DefaultConfig()
+	// The tests read in minutes: Centrifuge's T = 60 s, not the default.
+	cfg.LeaseDuration, cfg.RaceBackoffMin, cfg.RaceBackoffMax = 60*time.Second, 100*time.Millisecond, time.Second
 	cfg.Nonce = 7
 	m, err := New(cfg)
 	if err != nil {

@@ -139,6 +139,7 @@ func (h *harness) init(t *testing.T, d *datadriven.TestData) {
 	d.MaybeScanArgs(t, "ring", &r)
 	h.T = 60 * time.Second
 	cfg := manager.DefaultConfig()
+	cfg.LeaseDuration, cfg.RaceBackoffMin, cfg.RaceBackoffMax = h.T, h.T/600, h.T/60
 	cfg.Nonce = 0xAA
 	cfg.Rand = rand.New(rand.NewPCG(1, 2))
 	if d.HasArg("unfiltered") {
@@ -164,6 +165,7 @@ func (h *harness) init(t *testing.T, d *datadriven.TestData) {
 func (h *harness) start(name, label string) {
 	h.incarnation[name]++
 	cfg := ownerguard.DefaultCoreConfig()
+	cfg.RenewInterval, cfg.RaceBackoffMin, cfg.RaceBackoffMax = 0, 0, 0 // scale with T
 	cfg.Namespace, cfg.Name, cfg.Addr = "ns", name, name+":80"
 	cfg.Incarnation = uint64(name[0])<<8 | h.incarnation[name]
 	cfg.LeaseDuration = h.T

@@ -65,7 +65,7 @@ type ServerConfig struct {
 	// bootstrap a single-node cluster when there is no state yet.
 	Join string
 
-	LeaseDuration     time.Duration // owner lease T (default 60 s); the manager holds T·65/60
+	LeaseDuration     time.Duration // owner lease T (default 8 s); the manager holds T·65/60
 	LogRetention      time.Duration // change log retention (default 5 min)
 	HeartbeatInterval time.Duration // lookup heartbeat (default T/6)
 
@@ -98,7 +98,7 @@ func DefaultServerConfig() ServerConfig {
 		RaftAddr:        "127.0.0.1:7400",
 		GRPCAddr:        "127.0.0.1:7401",
 		HTTPAddr:        "127.0.0.1:7402",
-		LeaseDuration:   60 * time.Second,
+		LeaseDuration:   DefaultLeaseDuration,
 		LogRetention:    5 * time.Minute,
 		MaxMessageBytes: 4 << 20,
 	}

@@ -18,8 +18,9 @@ var (
 	ErrRaceBackoff   = errors.New("ownerguard: race backoff must satisfy 0 <= min <= max <= renew interval")
 )
 
-// DefaultLeaseDuration is the owner's lease T (DESIGN.md, "Defaults").
-const DefaultLeaseDuration = 60 * time.Second
+// DefaultLeaseDuration is the owner's lease T, the manager's default
+// (manager.DefaultLeaseDuration): 8 s, renewed every 2 s.
+const DefaultLeaseDuration = 8 * time.Second
 
 // CoreConfig configures a Core. A zero duration means its default, which
 // scales with LeaseDuration so that tests can run the protocol in

@@ -9,8 +9,8 @@ import (
 
 func TestDefaultCoreConfig(t *testing.T) {
 	c := DefaultCoreConfig()
-	if c.LeaseDuration != 60*time.Second || c.RenewInterval != 15*time.Second ||
-		c.RaceBackoffMin != 100*time.Millisecond || c.RaceBackoffMax != time.Second {
+	if c.LeaseDuration != 8*time.Second || c.RenewInterval != 2*time.Second ||
+		c.RaceBackoffMin != 8*time.Second/600 || c.RaceBackoffMax != 8*time.Second/60 {
 		t.Errorf("DefaultCoreConfig() = %+v", c)
 	}
 	if err := c.Validate(); !errors.Is(err, ErrNoNamespace) {

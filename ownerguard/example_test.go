@@ -59,5 +59,5 @@ func Example() {
 	// revoked [(0000000000001000,0000000000002000]]
 	// send seq=3/42 ack=2/7 []
 	// continuous false
-	// next tick in 15s
+	// next tick in 2s
 }

@@ -322,9 +322,9 @@ func TestNewOwnerValidates(t *testing.T) {
 		})
 	}
 	d := ownerguard.DefaultOwnerConfig()
-	if d.LeaseDuration != 60*time.Second || d.ResponseTimeout != 30*time.Second ||
-		d.KeepaliveTime != 15*time.Second || d.KeepaliveTimeout != 5*time.Second ||
-		d.Backoff != (ownerguard.BackoffConfig{Base: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.2}) ||
+	if d.LeaseDuration != 8*time.Second || d.ResponseTimeout != 4*time.Second ||
+		d.KeepaliveTime != 10*time.Second || d.KeepaliveTimeout != time.Second ||
+		d.Backoff != (ownerguard.BackoffConfig{Base: 50 * time.Millisecond, Max: 400 * time.Millisecond, Jitter: 0.2}) ||
 		d.MaxMessageBytes != 16<<20 {
 		t.Errorf("DefaultOwnerConfig() = %+v", d)
 	}

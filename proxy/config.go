@@ -14,11 +14,15 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultListenAddr       = "127.0.0.1:8080"
-	DefaultAdminAddr        = "127.0.0.1:8081"
-	DefaultNamespace        = "default"
-	DefaultHeader           = "X-Fuge-Key"
-	DefaultRetryBudget      = 2 * time.Second
+	DefaultListenAddr = "127.0.0.1:8080"
+	DefaultAdminAddr  = "127.0.0.1:8081"
+	DefaultNamespace  = "default"
+	DefaultHeader     = "X-Fuge-Key"
+	// DefaultRetryBudget covers the longest gap a crashed owner leaves
+	// under the default lease (T·65/60 = 8.67 s after its last renewal),
+	// so that a request arriving in the gap waits for the new owner
+	// instead of failing.
+	DefaultRetryBudget      = 10 * time.Second
 	DefaultBackoffBase      = 5 * time.Millisecond
 	DefaultReadTimeout      = 10 * time.Second
 	DefaultWriteTimeout     = 10 * time.Second
@@ -120,7 +124,7 @@ type Config struct {
 	Fallback lb.Balancer
 
 	// RetryBudget bounds the time a request may spend being retried, from
-	// its arrival. Default 2 s.
+	// its arrival. Default 10 s (DefaultRetryBudget).
 	RetryBudget time.Duration
 	// BackoffBase is the first wait before a retry when the table has not
 	// changed; each wait doubles it. A table change ends the wait early.

@@ -35,7 +35,7 @@
 // or cannot be made means nothing was sent. In both cases the proxy waits
 // for the balancer's next update or a backoff (5 ms, doubling), whichever
 // comes first, picks again and retries; if the table already moved the key
-// it retries at once. When the retry budget (2 s from the request's
+// it retries at once. When the retry budget (10 s from the request's
 // arrival) runs out it answers 503 with Retry-After: 1. Any other failure
 // (a timeout, a reset or a malformed response after the request was sent)
 // may mean the owner executed the request: an idempotent request (GET,

@@ -432,7 +432,7 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 	d := DefaultConfig()
-	if d.ListenAddr != DefaultListenAddr || d.RetryBudget != 2*time.Second || d.BackoffBase != 5*time.Millisecond ||
+	if d.ListenAddr != DefaultListenAddr || d.RetryBudget != 10*time.Second || d.BackoffBase != 5*time.Millisecond ||
 		d.Header != "X-Fuge-Key" || d.Namespace != "default" || d.MissingKey != MissingKeyReject || d.Balance != BalanceLease {
 		t.Fatalf("defaults %+v", d)
 	}

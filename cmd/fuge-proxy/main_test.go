@@ -60,7 +60,7 @@ func TestLoad(t *testing.T) {
 	c := s.cfg
 	if c.ListenAddr != "127.0.0.1:8080" || c.AdminAddr != "127.0.0.1:8081" || !slices.Equal(c.Managers, []string{defaultManagers}) ||
 		c.Namespace != "default" || c.Header != "X-Fuge-Key" || c.MissingKey != proxy.MissingKeyReject ||
-		c.Balance != proxy.BalanceLease || c.RetryBudget != 2*time.Second || c.BackoffBase != 5*time.Millisecond ||
+		c.Balance != proxy.BalanceLease || c.RetryBudget != 10*time.Second || c.BackoffBase != 5*time.Millisecond ||
 		c.MaxHeaderBytes != 16<<10 || c.MaxBodyBytes != 4<<20 {
 		t.Fatalf("defaults: %+v", c)
 	}
@@ -107,7 +107,7 @@ func TestHelpAndBadFlags(t *testing.T) {
 	if code := run(context.Background(), []string{"--help"}, envFunc(nil), &out, &errOut); code != 0 {
 		t.Fatalf("--help exit %d", code)
 	}
-	for _, want := range []string{"--listen  [FUGE_PROXY_LISTEN]", "--missing-key", "(default 2s)", "--max-body-bytes"} {
+	for _, want := range []string{"--listen  [FUGE_PROXY_LISTEN]", "--missing-key", "(default 10s)", "--max-body-bytes"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("usage lacks %q:\n%s", want, out.String())
 		}

@@ -76,7 +76,7 @@ func settings() []setting {
 				}
 				return hostPort(&c.Server.Join, v)
 			}},
-		{flag: "lease-duration", env: "FUGE_LEASE_DURATION", key: "lease_duration", arg: "DURATION", def: "60s",
+		{flag: "lease-duration", env: "FUGE_LEASE_DURATION", key: "lease_duration", arg: "DURATION", def: "8s",
 			usage: "owner lease T of namespaces that set none; the manager holds T·65/60",
 			set:   func(c *Config, v string) error { return duration(&c.Server.LeaseDuration, v) }},
 		{flag: "log-retention", env: "FUGE_LOG_RETENTION", key: "log_retention", arg: "DURATION", def: "5m",

@@ -36,7 +36,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("Load() = %v", err)
 	}
 	want := manager.DefaultServerConfig()
-	want.HeartbeatInterval = 10 * time.Second
+	want.HeartbeatInterval = 8 * time.Second / 6
 	want.Namespaces = []manager.NamespaceConfig{{Name: "default", RingSize: 4096}}
 	if !reflect.DeepEqual(got.Server, want) {
 		t.Errorf("Load().Server =\n%+v\nwant\n%+v", got.Server, want)
@@ -48,7 +48,7 @@ func TestDefaults(t *testing.T) {
 	s := got.Server
 	if s.NodeID != "node1" || s.DataDir != "./fuge-data" || s.RaftAddr != "127.0.0.1:7400" ||
 		s.GRPCAddr != "127.0.0.1:7401" || s.HTTPAddr != "127.0.0.1:7402" || s.Join != "" ||
-		s.LeaseDuration != time.Minute || s.LogRetention != 5*time.Minute {
+		s.LeaseDuration != 8*time.Second || s.LogRetention != 5*time.Minute {
 		t.Errorf("Load().Server = %+v, not the documented defaults", s)
 	}
 }
