@@ -19,6 +19,12 @@ var (
 	// ErrIncarnationReplaced refuses a request from an incarnation of an
 	// owner name that a newer incarnation has replaced.
 	ErrIncarnationReplaced = errors.New("manager: owner incarnation replaced by a newer one under the same name")
+	// ErrAddressInUse refuses a session whose address is that of another
+	// live owner (a new pod on a dead one's IP): Envoy keeps only the first
+	// endpoint per address, so two owners with one address would give it a
+	// ring other than the lease ring. The refused owner retries, and is let
+	// in once the other one leaves or its session expires.
+	ErrAddressInUse = errors.New("manager: address in use by another live owner")
 )
 
 // DefaultLeaseDuration is the default owner lease T. The manager holds a

@@ -35,6 +35,7 @@ type Stats struct {
 	Grants, Recalls, Releases, Expiries     uint64
 	Refused, SessionExpiries, RaceResends   uint64
 	Leaves                                  uint64 // clean leaves accepted (lease.LeaseRequest.Leaving)
+	RefusedAddr                             uint64 // sessions refused: their address was another live owner's
 	LookupSnapshots, LookupDeltas           uint64
 }
 

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -288,5 +289,37 @@ func TestLateMessageFromEndedIncarnationIsDropped(t *testing.T) {
 	}
 	if o, _ := m.Owners("ns"); len(o) != 1 || o[0].Nonce != 2 {
 		t.Errorf("owners = %+v, want the new incarnation", o)
+	}
+}
+
+// A session whose address is another live owner's is refused and changes
+// nothing; once that owner has left cleanly (draining) the address is free.
+func TestSecondOwnerOnAnAddressIsRefused(t *testing.T) {
+	m := newTestManager(t, 8)
+	a := &owner{name: "a", nonce: 1}
+	exchange(t, m, t0, a)
+	before, _ := m.State("ns")
+	b := &owner{name: "b", nonce: 2}
+	req := b.request()
+	req.Addr = "a:1"
+	if _, err := m.Request(req, t0); !errors.Is(err, ErrAddressInUse) {
+		t.Fatalf("second owner on a's address: err = %v, want ErrAddressInUse", err)
+	}
+	if after, _ := m.State("ns"); !reflect.DeepEqual(before, after) {
+		t.Errorf("a refused session changed the state:\n before %+v\n after  %+v", before, after)
+	}
+	// A new incarnation of a itself may keep the address.
+	a2 := &owner{name: "a", nonce: 3}
+	if _, err := m.Request(a2.request(), t0); err != nil {
+		t.Fatalf("a's new incarnation on its own address: %v", err)
+	}
+	// Once a leaves cleanly, b may take the address.
+	leave := a2.request()
+	leave.Leaving = true
+	if _, err := m.Request(leave, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Request(req, t0); err != nil {
+		t.Fatalf("b on the address of an owner that left: %v", err)
 	}
 }

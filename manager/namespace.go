@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -128,6 +129,11 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 			st.DroppedOld++
 			return Output{}, ErrIncarnationReplaced
 		}
+		if other := n.addrHolder(req.Addr, req.Owner); other != "" {
+			st.RefusedAddr++
+			return Output{}, fmt.Errorf("%w: %s is %q's until it leaves or expires (up to %v after its last renewal)",
+				ErrAddressInUse, req.Addr, other, n.hold)
+		}
 		if s != nil {
 			n.retire(s.name, s.nonce)
 			// The new incarnation is not draining: a restart after a clean
@@ -177,6 +183,19 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 	}
 	n.dirty[s.name] = true
 	return n.step(now, nil), nil
+}
+
+// addrHolder names the live, non-draining owner other than name whose
+// session has addr, or "". Envoy and grpc-go keep one endpoint per address,
+// so the desired ring (which lists the non-draining owners) must never give
+// one address to two owners.
+func (n *namespace) addrHolder(addr, name string) string {
+	for _, s := range n.sessions {
+		if s.name != name && !s.draining && s.addr == addr {
+			return s.name
+		}
+	}
+	return ""
 }
 
 // replace makes s, a new session, the incarnation of its name. A name is

@@ -114,7 +114,7 @@ func (o *ownerService) streamError(ctx context.Context, err error) error {
 		return o.s.CheckLeader(ctx)
 	case errors.Is(err, ErrUnknownNamespace):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, ErrIncarnationReplaced):
+	case errors.Is(err, ErrIncarnationReplaced), errors.Is(err, ErrAddressInUse):
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, ErrBadRequest):
 		return status.Error(codes.InvalidArgument, err.Error())

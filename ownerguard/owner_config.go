@@ -24,8 +24,13 @@ var (
 	// ErrUnknownNamespace: the manager does not know the namespace (NOT_FOUND).
 	ErrUnknownNamespace = errors.New("ownerguard: manager does not know the namespace")
 	// ErrOwnerInUse: another incarnation holds a live session under this
-	// owner name (ALREADY_EXISTS). It clears once that session's stream ends.
+	// owner name, or a newer incarnation replaced this one (ALREADY_EXISTS).
+	// The first clears once that session's stream ends.
 	ErrOwnerInUse = errors.New("ownerguard: owner name in use by another incarnation")
+	// ErrAddressInUse: another live owner has this owner's address
+	// (ALREADY_EXISTS naming an address). It clears once that owner leaves
+	// or its session expires, T·65/60 after its last renewal.
+	ErrAddressInUse = errors.New("ownerguard: address in use by another live owner")
 	// ErrRejected: the manager refused the session for another permanent
 	// reason (INVALID_ARGUMENT, PERMISSION_DENIED, UNAUTHENTICATED,
 	// UNIMPLEMENTED).

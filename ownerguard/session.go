@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -298,6 +299,11 @@ func classify(c codes.Code, err error) error {
 	case codes.NotFound:
 		return fmt.Errorf("%w: %w", ErrUnknownNamespace, err)
 	case codes.AlreadyExists:
+		// The manager says which: its message names an address in use
+		// (manager.ErrAddressInUse) or the owner name.
+		if strings.Contains(status.Convert(err).Message(), "address in use") {
+			return fmt.Errorf("%w: %w", ErrAddressInUse, err)
+		}
 		return fmt.Errorf("%w: %w", ErrOwnerInUse, err)
 	}
 	return fmt.Errorf("%w: %w", ErrRejected, err)
