@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fuge-project/fuge/examples/presence"
 	"github.com/fuge-project/fuge/internal/fugetest"
 	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/manager"
@@ -197,5 +202,58 @@ func TestNegativeControlSharedAddressView(t *testing.T) {
 	}
 	if sameRing(want, got) {
 		t.Fatal("Envoy's ring with an endpoint dropped for its address equals the lease ring")
+	}
+}
+
+// TestGuardFollowsNamespaceHeader: a namespace routed by another header
+// than X-Fuge-Key, and a presence server set up as its main does (a guard
+// with no header of its own). Before issue 15 the guard read X-Fuge-Key
+// whatever the namespace said, so every request was refused with 400; now
+// the Owner hears the namespace's header from the manager and the guard
+// reads the key from it.
+func TestGuardFollowsNamespaceHeader(t *testing.T) {
+	const header = "X-Tenant-Id"
+	m := fugetest.StartManager(t, fugetest.Options{T: time.Second, RingSize: 64, Header: header})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := m.Owner(t, "p1", ln.Addr().String(), nil)
+	guard, err := ownerguard.NewGuard(owner, ownerguard.GuardConfig{Name: "p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: guard.HTTP(presence.NewServer(owner))}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	fugetest.Eventually(t, "p1 to hold the ring", func() bool { return len(owner.Held()) > 0 })
+	if got := owner.RoutingHeader(); got != header {
+		t.Fatalf("Owner.RoutingHeader() = %q, want %q", got, header)
+	}
+
+	do := func(method, hdr, key, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, "http://"+ln.Addr().String()+"/devices/"+key, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(hdr, key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := do(http.MethodPut, header, "dev1", "10.0.0.1:5000"); code/100 != 2 {
+		t.Fatalf("PUT with %s: %d %q", header, code, body)
+	}
+	if code, body := do(http.MethodGet, header, "dev1", ""); code != http.StatusOK || !strings.Contains(body, "10.0.0.1:5000") {
+		t.Fatalf("GET with %s: %d %q", header, code, body)
+	}
+	code, body := do(http.MethodGet, ownerguard.DefaultKeyHeader, "dev1", "")
+	if code != http.StatusBadRequest || !strings.Contains(body, header) {
+		t.Fatalf("GET with only %s: %d %q, want 400 naming %s", ownerguard.DefaultKeyHeader, code, body, header)
 	}
 }

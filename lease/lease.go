@@ -62,6 +62,9 @@ type LeaseResponse struct {
 	Header
 	Renew []Lease // the complete set of leases renewed
 	Grant []Lease // leases newly granted
+	// RoutingHeader is the namespace's routing header, whose value the
+	// routers hash: the owner's guard reads the key from it.
+	RoutingHeader string
 }
 
 // Entry is one range of the lookups' view of the lease table. Owner is empty

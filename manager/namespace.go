@@ -481,6 +481,9 @@ func (n *namespace) message(s *session) lease.LeaseResponse {
 		Header:    lease.Header{Nonce: n.m.cfg.Nonce, Seq: s.mySeq, PeerNonce: s.nonce, AckSeq: s.peerSeq},
 		Renew:     mergeWrap(renew),
 		Grant:     mergeWrap(grant),
+		// Every response names the routing header, so that an owner's
+		// guard follows the namespace's (ownerguard.Owner.RoutingHeader).
+		RoutingHeader: n.cfg.Header,
 	}
 }
 

@@ -92,7 +92,10 @@
 // It asks a Checker, which an *Owner is.
 //
 // Before the handler. The key is the value of the routing header
-// (GuardConfig.Header, X-Fuge-Key by default; gRPC metadata x-fuge-key),
+// (GuardConfig.Header; by default the namespace's, which the manager names
+// in every lease response, Owner.RoutingHeader: X-Fuge-Key unless the
+// namespace was created with another; gRPC metadata in lower case; until
+// the Owner has heard it, every request is refused as not held, 421),
 // or what the transport's key function returns, hashed as every router
 // hashes it (ring.HashString, XXH64 with seed 0). A request with no key, an
 // empty key or the header repeated (the proxy refuses repeats too, since

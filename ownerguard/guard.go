@@ -68,9 +68,13 @@ var (
 
 // GuardConfig configures a Guard. Zero values mean the documented defaults.
 type GuardConfig struct {
-	// Header is the routing header whose value is the key. Empty means
-	// DefaultKeyHeader. It must be a token of letters, digits, '-', '_'
-	// and '.', and not end in "-bin"; gRPC reads it in lower case.
+	// Header is the routing header whose value is the key. It must be a
+	// token of letters, digits, '-', '_' and '.', and not end in "-bin";
+	// gRPC reads it in lower case. Empty means the namespace's, when the
+	// Checker is an *Owner: the manager names it in every response
+	// (Owner.RoutingHeader), and until the Owner has heard it the guard
+	// refuses every request as not held (421), which it is; with any other
+	// Checker, empty means DefaultKeyHeader.
 	Header string
 	// HTTPKey, FastHTTPKey and GRPCKey, when set, replace the header for
 	// their transport: they return the key of a request, or false if it
@@ -161,10 +165,12 @@ type Guard struct {
 	o   *Owner // c, when it is an *Owner: called directly, not through the interface
 	cfg GuardConfig
 
+	// keys is the routing header in force; nil while the guard follows
+	// its Owner's namespace and the Owner has not heard it yet.
+	keys atomic.Pointer[keySpec]
+
 	// Precomputed header keys and values, shared by every response (they
 	// are never modified in place).
-	httpKey    string   // canonical form of cfg.Header
-	grpcKey    string   // lower case of cfg.Header
 	ownerVals  []string // nil if no Name
 	ownerBytes []byte
 	retryVals  []string
@@ -176,8 +182,8 @@ type Guard struct {
 	missMD     metadata.MD // fuge-misdirected: 1
 
 	// Bodies of the guard's own answers (HTTP) and their gRPC statuses.
-	bodyNoKey, bodyNoKeyFunc, bodyRepeated, bodyBadGen, bodyNotHeld, bodyTooNew, bodyLost []byte
-	errNoKey, errRepeated, errBadGen, errNotHeld, errTooNew, errLost                      error
+	bodyNoKeyFunc, bodyBadGen, bodyNotHeld, bodyTooNew, bodyLost []byte
+	errNoKeyFunc, errBadGen, errNotHeld, errTooNew, errLost      error
 
 	gens    genCache
 	writers sync.Pool // *httpWriter
@@ -192,12 +198,12 @@ func NewGuard(c Checker, cfg GuardConfig) (*Guard, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	owner, isOwner := c.(*Owner)
+	follow := cfg.Header == "" && isOwner
 	cfg = cfg.withDefaults()
 	g := &Guard{
 		c:       c,
 		cfg:     cfg,
-		httpKey: http.CanonicalHeaderKey(cfg.Header),
-		grpcKey: strings.ToLower(cfg.Header),
 		fast:    newFastHeaders(),
 		missMD:  metadata.Pairs(MisdirectedTrailer, "1"),
 		ownerMD: metadata.MD{},
@@ -211,26 +217,53 @@ func NewGuard(c Checker, cfg GuardConfig) (*Guard, error) {
 		g.ownerMD = metadata.Pairs(ownerKey, cfg.Name)
 	}
 	g.textPlain, g.nosniff = []string{"text/plain; charset=utf-8"}, []string{"nosniff"}
-	g.bodyNoKey = []byte("fuge: missing routing header " + g.httpKey + "\n")
 	g.bodyNoKeyFunc = []byte("fuge: no routing key in the request\n")
-	g.bodyRepeated = []byte("fuge: repeated routing header " + g.httpKey + "\n")
 	g.bodyBadGen = []byte("fuge: malformed " + GenerationHeader + " header\n")
 	g.bodyNotHeld = []byte("fuge: key not held by " + who + "\n")
 	g.bodyTooNew = []byte("fuge: key held by " + who + " under an older generation: server has not heard of its grant yet\n")
 	g.bodyLost = []byte("fuge: lease lost during the request\n")
-	g.errNoKey = status.Error(codes.InvalidArgument, "fuge: missing routing metadata "+g.grpcKey)
-	if cfg.GRPCKey != nil {
-		g.errNoKey = status.Error(codes.InvalidArgument, "fuge: no routing key in the request")
-	}
-	g.errRepeated = status.Error(codes.InvalidArgument, "fuge: repeated routing metadata "+g.grpcKey)
+	g.errNoKeyFunc = status.Error(codes.InvalidArgument, "fuge: no routing key in the request")
 	g.errBadGen = status.Error(codes.InvalidArgument, "fuge: malformed "+genKey+" metadata")
 	g.errNotHeld = status.Error(codes.Unavailable, misdirectedPrefix+": key not held by "+who)
 	g.errTooNew = status.Error(codes.Unavailable, misdirectedPrefix+": key held by "+who+" under an older generation: server has not heard of its grant yet")
 	g.errLost = status.Error(codes.Unavailable, "fuge: lease lost during the request")
-	g.o, _ = c.(*Owner)
+	g.o = owner
+	if follow {
+		owner.watchRoutingHeader(func(h string) { g.keys.Store(newKeySpec(h)) })
+	} else {
+		g.keys.Store(newKeySpec(cfg.Header))
+	}
 	g.writers.New = func() any { return &httpWriter{g: g} }
 	g.boxes.New = func() any { return &handleBox{pool: &g.boxes} }
 	return g, nil
+}
+
+// keySpec is a routing header with the guard's answers about it.
+type keySpec struct {
+	httpKey      string // canonical form
+	grpcKey      string // lower case
+	bodyNoKey    []byte
+	bodyRepeated []byte
+	errNoKey     error
+	errRepeated  error
+}
+
+func newKeySpec(header string) *keySpec {
+	k := &keySpec{httpKey: http.CanonicalHeaderKey(header), grpcKey: strings.ToLower(header)}
+	k.bodyNoKey = []byte("fuge: missing routing header " + k.httpKey + "\n")
+	k.bodyRepeated = []byte("fuge: repeated routing header " + k.httpKey + "\n")
+	k.errNoKey = status.Error(codes.InvalidArgument, "fuge: missing routing metadata "+k.grpcKey)
+	k.errRepeated = status.Error(codes.InvalidArgument, "fuge: repeated routing metadata "+k.grpcKey)
+	return k
+}
+
+// RoutingHeader is the header the guard reads the key from: GuardConfig's,
+// or the namespace's as its Owner heard it ("" until then).
+func (g *Guard) RoutingHeader() string {
+	if k := g.keys.Load(); k != nil {
+		return k.httpKey
+	}
+	return ""
 }
 
 // gRPC metadata keys.

@@ -44,6 +44,7 @@ func benchOwner(b *testing.B) *Owner {
 	m := &fakeMgr{nonce: mgrNonce}
 	c.Step(m.reply(req, nil, grant), now)
 	o.view.Store(c.View())
+	o.setRoutingHeader(DefaultKeyHeader) // as the manager's first response names it
 	if _, ok := o.GetOwnershipHandleKey(benchKey); !ok {
 		b.Fatal("bench key not held")
 	}

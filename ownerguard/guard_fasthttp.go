@@ -54,21 +54,25 @@ func (g *Guard) FastHTTP(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 // itself if one fails.
 func (g *Guard) admitFast(ctx *fasthttp.RequestCtx) (Handle, bool) {
 	byFunc := g.cfg.FastHTTPKey != nil
-	key, nKeys, gen, nGens := g.scanFast(&ctx.Request.Header, !byFunc)
+	ks := g.keys.Load()
+	if ks == nil && !byFunc { // the namespace's header is not known yet: nothing is held
+		g.refuseFast(ctx, fasthttp.StatusMisdirectedRequest, g.bodyNotHeld, nil)
+		return Handle{}, false
+	}
+	key, nKeys, gen, nGens := g.scanFast(&ctx.Request.Header, ks, !byFunc)
+	body := g.bodyNoKeyFunc
 	if byFunc {
 		key = nil
 		if k, ok := g.cfg.FastHTTPKey(ctx); ok {
 			key = k
 		}
 	} else if nKeys > 1 {
-		g.refuseFast(ctx, fasthttp.StatusBadRequest, g.bodyRepeated, nil)
+		g.refuseFast(ctx, fasthttp.StatusBadRequest, ks.bodyRepeated, nil)
 		return Handle{}, false
+	} else {
+		body = ks.bodyNoKey
 	}
 	if len(key) == 0 {
-		body := g.bodyNoKey
-		if byFunc {
-			body = g.bodyNoKeyFunc
-		}
 		g.refuseFast(ctx, fasthttp.StatusBadRequest, body, nil)
 		return Handle{}, false
 	}
@@ -107,10 +111,10 @@ func (g *Guard) admitFast(ctx *fasthttp.RequestCtx) (Handle, bool) {
 // declares trailers (All formats them), and one whose cookies a handler
 // ahead of the guard has already parsed (fasthttp then writes them out
 // afresh to answer whether there is a Cookie header).
-func (g *Guard) scanFast(h *fasthttp.RequestHeader, wantKey bool) (key []byte, nKeys int, gen []byte, nGens int) {
+func (g *Guard) scanFast(h *fasthttp.RequestHeader, ks *keySpec, wantKey bool) (key []byte, nKeys int, gen []byte, nGens int) {
 	if len(h.PeekCanonical(g.fast.cookie)) > 0 {
 		if wantKey {
-			vs := h.PeekAll(g.httpKey)
+			vs := h.PeekAll(ks.httpKey)
 			if nKeys = len(vs); nKeys > 0 {
 				key = vs[0]
 			}
@@ -122,7 +126,7 @@ func (g *Guard) scanFast(h *fasthttp.RequestHeader, wantKey bool) (key []byte, n
 		return key, nKeys, gen, nGens
 	}
 	for k, v := range h.All() {
-		if wantKey && string(k) == g.httpKey {
+		if wantKey && string(k) == ks.httpKey {
 			if nKeys++; nKeys == 1 {
 				key = v
 			}

@@ -83,7 +83,11 @@ func (g *Guard) admitGRPC(ctx context.Context, fullMethod string) (Handle, verdi
 			key = k
 		}
 	} else {
-		switch vs := metadata.ValueFromIncomingContext(ctx, g.grpcKey); len(vs) {
+		ks := g.keys.Load()
+		if ks == nil { // the namespace's header is not known yet: nothing is held
+			return Handle{}, notHeld
+		}
+		switch vs := metadata.ValueFromIncomingContext(ctx, ks.grpcKey); len(vs) {
 		case 0:
 		case 1:
 			key = vs[0]
@@ -122,9 +126,12 @@ func (g *Guard) refusalTrailer(v verdict, h Handle) metadata.MD {
 func (g *Guard) grpcErr(v verdict) error {
 	switch v {
 	case noKey:
-		return g.errNoKey
+		if g.cfg.GRPCKey != nil {
+			return g.errNoKeyFunc
+		}
+		return g.keys.Load().errNoKey
 	case repeatedKey:
-		return g.errRepeated
+		return g.keys.Load().errRepeated
 	case badGen:
 		return g.errBadGen
 	case notHeld:

@@ -83,25 +83,28 @@ func HandleFromResponseWriter(w http.ResponseWriter) (Handle, bool) {
 // itself if one fails.
 func (g *Guard) admitHTTP(w http.ResponseWriter, r *http.Request) (Handle, bool) {
 	var key string
+	body := g.bodyNoKeyFunc
 	if g.cfg.HTTPKey != nil {
 		if k, ok := g.cfg.HTTPKey(r); ok {
 			key = k
 		}
 	} else {
-		switch vs := r.Header[g.httpKey]; len(vs) {
+		ks := g.keys.Load()
+		if ks == nil { // the namespace's header is not known yet: nothing is held
+			g.refuseHTTP(w, http.StatusMisdirectedRequest, g.bodyNotHeld, nil)
+			return Handle{}, false
+		}
+		switch vs := r.Header[ks.httpKey]; len(vs) {
 		case 0:
 		case 1:
 			key = vs[0]
 		default:
-			g.refuseHTTP(w, http.StatusBadRequest, g.bodyRepeated, nil)
+			g.refuseHTTP(w, http.StatusBadRequest, ks.bodyRepeated, nil)
 			return Handle{}, false
 		}
+		body = ks.bodyNoKey
 	}
 	if key == "" {
-		body := g.bodyNoKey
-		if g.cfg.HTTPKey != nil {
-			body = g.bodyNoKeyFunc
-		}
 		g.refuseHTTP(w, http.StatusBadRequest, body, nil)
 		return Handle{}, false
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -48,6 +50,8 @@ type Owner struct {
 	err       error
 	coreStats CoreStats
 	upcalls   clientshell.Upcalls[upcall]
+	header    string         // the namespace's routing header, "" until heard
+	onHeader  []func(string) // watchRoutingHeader's callbacks
 }
 
 type upcall struct{ granted, revoked []ring.Range }
@@ -63,6 +67,7 @@ func NewOwner(cfg OwnerConfig) (*Owner, error) {
 	o := &Owner{
 		cfg:     cfg,
 		clock:   cfg.Clock,
+		log:     cfg.Logger,
 		ready:   make(chan struct{}),
 		updated: make(chan struct{}),
 	}
@@ -147,6 +152,48 @@ func (o *Owner) nowNano() int64 {
 		return o.mono.UnixNano()
 	}
 	return o.clock.Now().UnixNano()
+}
+
+// RoutingHeader is the namespace's routing header as the manager named it,
+// or "" before the first response. A Guard built on this Owner without a
+// header of its own reads the key from it.
+func (o *Owner) RoutingHeader() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.header
+}
+
+// watchRoutingHeader calls fn with the routing header now if it is known,
+// and again whenever the manager names another one. Calls come from the
+// session goroutine, in order; fn must be quick.
+func (o *Owner) watchRoutingHeader(fn func(string)) {
+	o.mu.Lock()
+	o.onHeader = append(o.onHeader, fn)
+	h := o.header
+	o.mu.Unlock()
+	if h != "" {
+		fn(h)
+	}
+}
+
+// setRoutingHeader records the header a manager named, if it is a valid
+// header name and a new one.
+func (o *Owner) setRoutingHeader(h string) {
+	if h == "" || !validHeaderName(h) || strings.HasSuffix(strings.ToLower(h), "-bin") {
+		return
+	}
+	o.mu.Lock()
+	if h == o.header {
+		o.mu.Unlock()
+		return
+	}
+	o.header = h
+	fns := slices.Clone(o.onHeader)
+	o.mu.Unlock()
+	o.log.Info("ownerguard: the namespace's routing header", "header", h)
+	for _, fn := range fns {
+		fn(h)
+	}
 }
 
 // Held returns the leases held now, in ring order.

@@ -227,6 +227,9 @@ func (s *session) handle(e event) {
 		s.o.log.Warn("ownerguard: dropping malformed response", "manager", s.cur.addr, "err", err)
 		return
 	}
+	if resp.Namespace == s.cfg.Namespace && resp.Owner == s.cfg.Name {
+		s.o.setRoutingHeader(resp.RoutingHeader)
+	}
 	before := s.core.Stats().Accepted
 	out := s.core.Step(resp, now)
 	s.apply(out, now)

@@ -318,12 +318,16 @@ func (x *LeaseRequest) GetLeaving() bool {
 
 // LeaseResponse goes from the manager to an owner.
 type LeaseResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
-	Header        *Header                `protobuf:"bytes,3,opt,name=header,proto3" json:"header,omitempty"`
-	Renew         []*Lease               `protobuf:"bytes,4,rep,name=renew,proto3" json:"renew,omitempty"` // the complete set renewed
-	Grant         []*Lease               `protobuf:"bytes,5,rep,name=grant,proto3" json:"grant,omitempty"` // newly granted
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Owner     string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Header    *Header                `protobuf:"bytes,3,opt,name=header,proto3" json:"header,omitempty"`
+	Renew     []*Lease               `protobuf:"bytes,4,rep,name=renew,proto3" json:"renew,omitempty"` // the complete set renewed
+	Grant     []*Lease               `protobuf:"bytes,5,rep,name=grant,proto3" json:"grant,omitempty"` // newly granted
+	// The namespace's routing header (HTTP name; gRPC metadata in lower
+	// case), so that an owner's guard checks the key the routers hash
+	// without being told it again.
+	RoutingHeader string `protobuf:"bytes,6,opt,name=routing_header,json=routingHeader,proto3" json:"routing_header,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -391,6 +395,13 @@ func (x *LeaseResponse) GetGrant() []*Lease {
 		return x.Grant
 	}
 	return nil
+}
+
+func (x *LeaseResponse) GetRoutingHeader() string {
+	if x != nil {
+		return x.RoutingHeader
+	}
+	return ""
 }
 
 // Arc is one range of a namespace's lease table as lookups see it, served
@@ -621,13 +632,14 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\bmigrated\x18\x06 \x03(\v2\x0e.fuge.v1.RangeR\bmigrated\x12(\n" +
 	"\arefused\x18\a \x03(\v2\x0e.fuge.v1.LeaseR\arefused\x12*\n" +
 	"\x11lease_duration_ms\x18\b \x01(\x03R\x0fleaseDurationMs\x12\x18\n" +
-	"\aleaving\x18\t \x01(\bR\aleaving\"\xb8\x01\n" +
+	"\aleaving\x18\t \x01(\bR\aleaving\"\xdf\x01\n" +
 	"\rLeaseResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12'\n" +
 	"\x06header\x18\x03 \x01(\v2\x0f.fuge.v1.HeaderR\x06header\x12$\n" +
 	"\x05renew\x18\x04 \x03(\v2\x0e.fuge.v1.LeaseR\x05renew\x12$\n" +
-	"\x05grant\x18\x05 \x03(\v2\x0e.fuge.v1.LeaseR\x05grant\"\x85\x01\n" +
+	"\x05grant\x18\x05 \x03(\v2\x0e.fuge.v1.LeaseR\x05grant\x12%\n" +
+	"\x0erouting_header\x18\x06 \x01(\tR\rroutingHeader\"\x85\x01\n" +
 	"\x03Arc\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12$\n" +
 	"\x05range\x18\x02 \x01(\v2\x0e.fuge.v1.RangeR\x05range\x12\x14\n" +

@@ -128,7 +128,7 @@ func RequestFrom(r *fugev1.LeaseRequest) (lease.LeaseRequest, error) {
 func Response(r lease.LeaseResponse) *fugev1.LeaseResponse {
 	return &fugev1.LeaseResponse{
 		Namespace: r.Namespace, Owner: r.Owner, Header: header(r.Header),
-		Renew: Leases(r.Renew), Grant: Leases(r.Grant),
+		Renew: Leases(r.Renew), Grant: Leases(r.Grant), RoutingHeader: r.RoutingHeader,
 	}
 }
 
@@ -146,7 +146,8 @@ func ResponseFrom(r *fugev1.LeaseResponse) (lease.LeaseResponse, error) {
 	if err != nil {
 		return lease.LeaseResponse{}, err
 	}
-	return lease.LeaseResponse{Namespace: r.Namespace, Owner: r.Owner, Header: h, Renew: renew, Grant: grant}, nil
+	return lease.LeaseResponse{Namespace: r.Namespace, Owner: r.Owner, Header: h, Renew: renew, Grant: grant,
+		RoutingHeader: r.RoutingHeader}, nil
 }
 
 // Arc converts one entry of a namespace's view to its xDS resource.
