@@ -419,7 +419,23 @@ func HandleFromFastHTTP(ctx *fasthttp.RequestCtx) (Handle, bool) {
 // older generation than the client saw): codes.Unavailable with a message
 // starting "fuge: misdirected". Such an RPC never reached the handler, so
 // it is safe to retry on another server, even if it is not idempotent.
+//
+// It also looks inside wrapped errors, for the one case grpc-go wraps: a
+// retry policy (an xDS route's, say) that ran out of attempts returns "max
+// retries exhausted: ..." wrapping its last attempt's status. If that last
+// attempt was a refusal, so was every earlier one as far as the policy
+// could tell: it retries only an attempt that failed before any response
+// header, with a retryable code (see grpc-go's retry rules for what a
+// transport failure means there).
 func IsMisdirected(err error) bool {
-	s, ok := status.FromError(err)
-	return ok && s.Code() == codes.Unavailable && strings.HasPrefix(s.Message(), misdirectedPrefix)
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		se, ok := e.(interface{ GRPCStatus() *status.Status })
+		if !ok {
+			continue
+		}
+		if s := se.GRPCStatus(); s.Code() == codes.Unavailable && strings.HasPrefix(s.Message(), misdirectedPrefix) {
+			return true
+		}
+	}
+	return false
 }

@@ -23,6 +23,7 @@ type cli struct {
 	timeout time.Duration
 	create  createFlags
 	out     io.Writer
+	errOut  io.Writer        // warnings
 	now     func() time.Time // for "12s ago"
 }
 
@@ -174,12 +175,22 @@ func (c *cli) namespaceTable(nss ...admin.Namespace) error {
 	return t.flush()
 }
 
+// grpcRingHashCap is grpc-go's default cap on ring_hash ring sizes
+// (GRPC_RING_HASH_CAP).
+const grpcRingHashCap = 4096
+
 func (c *cli) createNamespace(ctx context.Context, args []string) error {
 	in := admin.Namespace{Name: args[0], RingSize: c.create.ringSize, Header: c.create.header, LeaseDuration: c.create.leaseDuration}
 	var ns admin.Namespace
 	raw, err := c.client.Call(ctx, http.MethodPost, admin.NamespacesPath, in, &ns)
 	if err != nil {
 		return err
+	}
+	if ns.RingSize > grpcRingHashCap {
+		fmt.Fprintf(c.errOut, "fugectl: warning: ring size %d is above grpc-go's default cap on ring_hash rings (%d):\n"+
+			"  proxyless gRPC clients need GRPC_RING_HASH_CAP=%d (or more) in their environment, read at start,\n"+
+			"  or they build a smaller ring and send about half of the keys to the wrong server first\n"+
+			"  (examples/grpc sets it; Envoy and fuge-proxy need nothing)\n", ns.RingSize, grpcRingHashCap, ns.RingSize)
 	}
 	if c.json {
 		return c.printJSON(raw)

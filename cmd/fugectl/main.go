@@ -108,7 +108,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, now fun
 		fmt.Fprintf(stderr, "fugectl: %v\nRun 'fugectl --help' for usage.\n", err)
 		return exitUsage
 	}
-	c.out, c.now = stdout, now
+	c.out, c.errOut, c.now = stdout, stderr, now
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	if err := cmd.run(c, ctx, rest); err != nil {

@@ -413,3 +413,21 @@ func TestFallback(t *testing.T) {
 		}
 	})
 }
+
+// Creating a namespace whose ring is larger than grpc-go's default cap
+// warns, on stderr, that proxyless gRPC clients need GRPC_RING_HASH_CAP;
+// the table still goes to stdout.
+func TestCreateLargeRingWarns(t *testing.T) {
+	m := newFakeManager(t, map[string]answer{
+		"POST /v1/namespaces": {201, `{"name":"big","ring_size":65536,"header":"X-Fuge-Key","lease_duration":"8s"}`},
+	})
+	code, out, errOut := fugectl(t, nil, "--manager", m.addr(), "namespaces", "create", "big", "--ring-size", "65536")
+	if code != exitOK || !strings.Contains(out, "65536") {
+		t.Fatalf("exit %d, stdout %q", code, out)
+	}
+	for _, want := range []string{"warning", "GRPC_RING_HASH_CAP=65536", "4096"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr %q lacks %q", errOut, want)
+		}
+	}
+}

@@ -14,6 +14,9 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	// Raises grpc-go's ring size cap before grpc-go reads it, so that
+	// namespaces with R > 4096 are routed by the whole ring.
+	_ "github.com/fuge-project/fuge/examples/grpc/kv/ringhashcap"
 	"github.com/fuge-project/fuge/xds"
 )
 

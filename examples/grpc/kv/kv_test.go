@@ -62,8 +62,25 @@ func retry(ctx context.Context, fn func() error) error {
 // TestThroughXDS runs the example end to end: a manager, two kv servers and
 // a client that dials xds:///ns. Every key is answered by the server the
 // lease table names, and reads return what was written.
+//
+// At R = 65536 it also shows that importing kv raises grpc-go's ring size
+// cap (package ringhashcap): with the default cap of 4096 grpc-go would
+// build a smaller ring and keep sending many keys to the wrong server.
 func TestThroughXDS(t *testing.T) {
-	m := fugetest.StartManager(t, fugetest.Options{})
+	for _, r := range []int{256, 65536} {
+		t.Run("R="+strconv.Itoa(r), func(t *testing.T) { throughXDS(t, r) })
+	}
+}
+
+func throughXDS(t *testing.T, r int) {
+	// A longer lease at R = 65536: an owner request there costs the
+	// manager milliseconds (tens under -race), and renewals every 0.5 s
+	// would let leases lapse on a loaded machine.
+	T := 2 * time.Second
+	if r > 4096 {
+		T = 10 * time.Second
+	}
+	m := fugetest.StartManager(t, fugetest.Options{RingSize: r, T: T})
 	for _, name := range []string{"s1", "s2"} {
 		ln := listen(t)
 		o := m.Owner(t, name, ln.Addr().String(), nil)
