@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fuge-project/fuge/examples/presence"
 	"github.com/fuge-project/fuge/internal/fugetest"
 	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/manager"
@@ -206,8 +205,9 @@ func TestNegativeControlSharedAddressView(t *testing.T) {
 }
 
 // TestGuardFollowsNamespaceHeader: a namespace routed by another header
-// than X-Fuge-Key, and a presence server set up as its main does (a guard
-// with no header of its own). Before issue 15 the guard read X-Fuge-Key
+// than X-Fuge-Key, and a server guarded as the presence server's main does
+// it (a guard with no header of its own; e2e does not import examples, so a
+// small key-value handler stands in for the presence service). Before issue 15 the guard read X-Fuge-Key
 // whatever the namespace said, so every request was refused with 400; now
 // the Owner hears the namespace's header from the manager and the guard
 // reads the key from it.
@@ -223,7 +223,27 @@ func TestGuardFollowsNamespaceHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: guard.HTTP(presence.NewServer(owner))}
+	var mu sync.Mutex
+	vals := map[string]string{}
+	kv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := strings.TrimPrefix(r.URL.Path, "/devices/")
+		mu.Lock()
+		defer mu.Unlock()
+		switch r.Method {
+		case http.MethodPut:
+			b, _ := io.ReadAll(r.Body)
+			vals[key] = string(b)
+			w.WriteHeader(http.StatusNoContent)
+		case http.MethodGet:
+			v, ok := vals[key]
+			if !ok {
+				http.NotFound(w, r)
+				return
+			}
+			io.WriteString(w, v)
+		}
+	})
+	srv := &http.Server{Handler: guard.HTTP(kv)}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	fugetest.Eventually(t, "p1 to hold the ring", func() bool { return len(owner.Held()) > 0 })
