@@ -21,8 +21,24 @@ type Handle struct {
 // Start, Step and Tick, and request handlers check ownership against it
 // without a lock. Its checks do not allocate.
 type View struct {
-	t *ring.Table[slot]
+	t      *ring.Table[slot]
+	expiry int64         // every held arc is held while now < expiry
+	held   []lease.Lease // t's held arcs as merged leases, in ring order; read-only
 }
+
+// newView returns the View of t, held until exp.
+func newView(t *ring.Table[slot], exp int64) *View {
+	var ls []lease.Lease
+	t.Each(func(r ring.Range, s slot) {
+		if s.Held {
+			ls = appendLease(ls, lease.Lease{Range: r, Gen: s.Gen})
+		}
+	})
+	return &View{t: t, expiry: exp, held: closeLeases(ls)}
+}
+
+// renewed returns v held until exp instead.
+func (v *View) renewed(exp int64) *View { return &View{t: v.t, expiry: exp, held: v.held} }
 
 // View returns a snapshot of what is held now. It does not copy; the Core
 // replaces its table on every change instead of modifying it.
@@ -38,7 +54,7 @@ func (v *View) GetOwnershipHandle(keyHash uint64, now time.Time) (Handle, bool) 
 func (v *View) handleAt(keyHash uint64, now int64) (Handle, bool) {
 	i := v.t.Find(keyHash)
 	r, s := v.t.At(i)
-	if !s.Held || s.Expiry <= now {
+	if !s.Held || v.expiry <= now {
 		return Handle{}, false
 	}
 	return Handle{Key: keyHash, Range: canon(r), Gen: s.Gen}, true
@@ -55,7 +71,7 @@ func (v *View) CheckContinuousOwnership(h Handle, now time.Time) bool {
 // continuousAt is CheckContinuousOwnership at now in unix nanoseconds.
 func (v *View) continuousAt(h Handle, now int64) bool {
 	s := v.t.Get(h.Key)
-	return s.Held && s.Expiry > now && s.Gen == h.Gen
+	return s.Held && v.expiry > now && s.Gen == h.Gen
 }
 
 // CheckLeaseNow is Centrifuge's name (§3.2) for GetOwnershipHandle: it

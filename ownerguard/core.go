@@ -2,6 +2,7 @@ package ownerguard
 
 import (
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/fuge-project/fuge/lease"
@@ -9,11 +10,13 @@ import (
 )
 
 // slot is the owner's view of one arc. An arc not held is the zero slot, so
-// that Compact merges everything not held.
+// that Compact merges everything not held. Every held arc has the same
+// expiry, the Core's: an accepted response renews or grants everything it
+// keeps until T after the request it acknowledges was sent, and drops the
+// rest, so the arcs held always come from the same response.
 type slot struct {
-	Gen    lease.Gen
-	Held   bool
-	Expiry int64 // unix nanoseconds; held while now < Expiry
+	Gen  lease.Gen
+	Held bool
 }
 
 // refusal marks a point whose renewal was refused, under the renewed gen.
@@ -43,6 +46,10 @@ type CoreStats struct {
 	DroppedRacing           uint64 // responses not acknowledging the latest request
 	DroppedOtherIncarnation uint64 // responses addressed to another incarnation
 	Refused                 uint64 // leases refused (each merged lease counts once)
+	// Renewed counts accepted responses that renewed exactly what was held
+	// and granted nothing: the common case, which costs O(held ranges) and
+	// allocates nothing but the new View.
+	Renewed uint64
 }
 
 // Core is the owner side of the lease protocol as a pure state machine (see
@@ -54,9 +61,11 @@ type Core struct {
 	rnd *rand.Rand
 
 	// held is never modified once installed: every change builds a new
-	// table, so that View can share it.
-	held *ring.Table[slot]
-	view *View
+	// table, so that View can share it. expiry is when every held arc
+	// expires (unix nanoseconds; held while now < expiry).
+	held   *ring.Table[slot]
+	expiry int64
+	view   *View
 
 	started   bool
 	mySeq     uint64 // last sequence number sent
@@ -84,7 +93,7 @@ func NewCore(cfg CoreConfig) (*Core, error) {
 		rnd = rand.New(rand.NewPCG(cfg.Incarnation, cfg.Incarnation^0x9e3779b97f4a7c15))
 	}
 	c := &Core{cfg: cfg, rnd: rnd}
-	c.install(ring.NewTable(slot{}))
+	c.install(ring.NewTable(slot{}), 0)
 	return c, nil
 }
 
@@ -94,9 +103,19 @@ func (c *Core) Config() CoreConfig { return c.cfg }
 // Stats returns the message counters.
 func (c *Core) Stats() CoreStats { return c.stats }
 
-func (c *Core) install(t *ring.Table[slot]) {
-	c.held = t
-	c.view = &View{t: t}
+// install makes t, held until exp, the held set and publishes its View.
+func (c *Core) install(t *ring.Table[slot], exp int64) {
+	c.held, c.expiry = t, exp
+	c.view = newView(t, exp)
+}
+
+// heldAt is the merged list of leases held at n: the View's, shared and
+// read-only, or nil once they expired.
+func (c *Core) heldAt(n int64) []lease.Lease {
+	if c.expiry <= n {
+		return nil
+	}
+	return c.view.held
 }
 
 // Start opens the session: it returns the first request (Seq 1, nothing
@@ -120,7 +139,7 @@ func (c *Core) send(now time.Time) *lease.LeaseRequest {
 			PeerNonce: c.peerNonce,
 			AckSeq:    c.peerSeq,
 		},
-		Held:    c.Held(now),
+		Held:    c.heldAt(n), // shared with the View: read-only
 		Refused: c.refused,
 	}
 	c.refused = nil
@@ -180,14 +199,24 @@ func (c *Core) accept(resp lease.LeaseResponse, now time.Time) Output {
 	exp := c.sentAt + int64(c.cfg.LeaseDuration)
 	live := exp > n
 
-	// cur is what is held now, after expiry.
-	cur := c.held.Clone()
-	for i := 0; i < cur.Len(); i++ {
-		if v := cur.Value(i); v.Held && v.Expiry <= n {
-			cur.SetValue(i, slot{})
-		}
+	// The common case: a renewal of exactly what is held, nothing granted.
+	// Only the expiry moves; the table and its lease list are shared.
+	held := c.heldAt(n)
+	if live && len(resp.Grant) == 0 && len(held) > 0 && sameLeases(resp.Renew, held) {
+		c.stats.Renewed++
+		c.expiry = exp
+		c.view = c.view.renewed(exp)
+		return Output{}
 	}
-	next, refused := applyResponse(cur, resp, live, exp)
+
+	// cur is what is held now, after expiry.
+	cur := c.held
+	if c.expiry <= n {
+		cur = ring.NewTable(slot{})
+	} else {
+		cur = cur.Clone() // applyResponse refines it
+	}
+	next, refused := applyResponse(cur, resp, live)
 
 	var nref []lease.Lease
 	refused.Each(func(r ring.Range, v refusal) {
@@ -201,7 +230,7 @@ func (c *Core) accept(resp lease.LeaseResponse, now time.Time) Output {
 
 	var out Output
 	out.Granted, out.Revoked = diff(c.held, next)
-	c.install(next)
+	c.install(next, exp)
 	if len(out.Granted) > 0 || len(out.Revoked) > 0 || len(nref) > 0 {
 		out.Send = c.send(now)
 	}
@@ -209,12 +238,13 @@ func (c *Core) accept(resp lease.LeaseResponse, now time.Time) Output {
 }
 
 // applyResponse returns the held set after a response, given cur, what is
-// held now (after expiry), and the lease end exp: renewals of what cur holds
-// under the same generation and grants are held until exp, when live. It
+// held now (after expiry): renewals of what cur holds under the same
+// generation, and grants, when live (they are held until the Core's new
+// expiry). It
 // also returns the refusals: renewals of what cur does not hold, and every
 // lease of a response that was not live. Both tables are compacted. It
 // refines cur.
-func applyResponse(cur *ring.Table[slot], resp lease.LeaseResponse, live bool, exp int64) (next *ring.Table[slot], refused *ring.Table[refusal]) {
+func applyResponse(cur *ring.Table[slot], resp lease.LeaseResponse, live bool) (next *ring.Table[slot], refused *ring.Table[refusal]) {
 	// The Sets on next and refused are collected in order and applied with
 	// SetAll: the manager lists leases clockwise without overlaps, so each
 	// list is a merge pass or two rather than a table insertion per lease.
@@ -227,7 +257,7 @@ func applyResponse(cur *ring.Table[slot], resp lease.LeaseResponse, live bool, e
 	cur.UpdateAll(renewed, func(i int, r ring.Range, v slot) slot {
 		l := resp.Renew[i]
 		if live && v.Held && v.Gen == l.Gen {
-			nextSets = append(nextSets, ring.Assignment[slot]{Range: r, Value: slot{Gen: l.Gen, Held: true, Expiry: exp}})
+			nextSets = append(nextSets, ring.Assignment[slot]{Range: r, Value: slot{Gen: l.Gen, Held: true}})
 		} else {
 			refusedSets = append(refusedSets, ring.Assignment[refusal]{Range: r, Value: refusal{On: true, Gen: l.Gen}})
 		}
@@ -235,7 +265,7 @@ func applyResponse(cur *ring.Table[slot], resp lease.LeaseResponse, live bool, e
 	})
 	for _, l := range resp.Grant {
 		if live {
-			nextSets = append(nextSets, ring.Assignment[slot]{Range: l.Range, Value: slot{Gen: l.Gen, Held: true, Expiry: exp}})
+			nextSets = append(nextSets, ring.Assignment[slot]{Range: l.Range, Value: slot{Gen: l.Gen, Held: true}})
 			refusedSets = append(refusedSets, ring.Assignment[refusal]{Range: l.Range})
 		} else {
 			// Too late to take: by the time it arrived, the lease it
@@ -259,21 +289,10 @@ func (c *Core) Tick(now time.Time) Output {
 	}
 	n := now.UnixNano()
 	var out Output
-	var next *ring.Table[slot]
-	for i := 0; i < c.held.Len(); i++ {
-		r, v := c.held.At(i)
-		if v.Held && v.Expiry <= n {
-			if next == nil {
-				next = c.held.Clone()
-			}
-			next.SetValue(i, slot{})
-			out.Revoked = appendRange(out.Revoked, r)
+	if c.expiry <= n {
+		if out.Revoked = c.view.heldRanges(); len(out.Revoked) > 0 {
+			c.install(ring.NewTable(slot{}), 0)
 		}
-	}
-	if next != nil {
-		next.Compact()
-		c.install(next)
-		out.Revoked = closeRanges(out.Revoked)
 	}
 	if (c.resendPending && n >= c.resendAt) || n >= c.renewAt {
 		out.Send = c.send(now)
@@ -293,10 +312,8 @@ func (c *Core) NextDeadline() time.Time {
 	if c.resendPending && c.resendAt < d {
 		d = c.resendAt
 	}
-	for i := 0; i < c.held.Len(); i++ {
-		if v := c.held.Value(i); v.Held && v.Expiry < d {
-			d = v.Expiry
-		}
+	if len(c.view.held) > 0 && c.expiry < d {
+		d = c.expiry
 	}
 	return time.Unix(0, d)
 }
@@ -304,15 +321,19 @@ func (c *Core) NextDeadline() time.Time {
 // Held returns the leases held at now (not expired), with adjacent ranges of
 // one generation merged, in ring order: by End, so a range that wraps past
 // zero comes first.
-func (c *Core) Held(now time.Time) []lease.Lease {
-	n := now.UnixNano()
-	var ls []lease.Lease
-	c.held.Each(func(r ring.Range, v slot) {
-		if v.Held && v.Expiry > n {
-			ls = appendLease(ls, lease.Lease{Range: r, Gen: v.Gen})
+func (c *Core) Held(now time.Time) []lease.Lease { return slices.Clone(c.heldAt(now.UnixNano())) }
+
+// sameLeases reports whether a and b list the same leases.
+func sameLeases(a, b []lease.Lease) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
 		}
-	})
-	return closeLeases(ls)
+	}
+	return true
 }
 
 // diff returns the ranges held in b and not in a under the same generation

@@ -28,7 +28,7 @@ func (c *Core) Leave(now time.Time) Output {
 		return Output{}
 	}
 	revoked := c.view.heldRanges()
-	c.install(ring.NewTable(slot{}))
+	c.install(ring.NewTable(slot{}), 0)
 	req := c.send(now) // Held(now) is empty from here on
 	req.Leaving = true
 	c.started = false

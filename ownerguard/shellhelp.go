@@ -1,6 +1,7 @@
 package ownerguard
 
 import (
+	"slices"
 	"time"
 
 	"github.com/fuge-project/fuge/lease"
@@ -29,14 +30,10 @@ func emptyView() *View { return &View{t: ring.NewTable(slot{})} }
 
 // Held returns the leases held at now, as Core.Held does.
 func (v *View) Held(now time.Time) []lease.Lease {
-	n := now.UnixNano()
-	var ls []lease.Lease
-	v.t.Each(func(r ring.Range, s slot) {
-		if s.Held && s.Expiry > n {
-			ls = appendLease(ls, lease.Lease{Range: r, Gen: s.Gen})
-		}
-	})
-	return closeLeases(ls)
+	if v.expiry <= now.UnixNano() {
+		return nil
+	}
+	return slices.Clone(v.held)
 }
 
 // heldRanges returns every range held in v, expired or not, merged.
