@@ -254,10 +254,12 @@ func TestHistoryCatchesUnleasedServer(t *testing.T) {
 	b := startBackend(t, m, "b")
 	l := m.Lookup(t, "watcher", nil)
 	m.Settled(t, l, "a", "b")
-	held := b.owner.Held()
-	if len(held) == 0 {
-		t.Fatal("b holds nothing")
-	}
+	// The manager commits a grant before b's session receives it.
+	var held []lease.Lease
+	fugetest.Eventually(t, "b holds its grant", func() bool {
+		held = b.owner.Held()
+		return len(held) > 0
+	})
 	g, err := ownerguard.NewGuard(blindChecker{gen: held[0].Gen}, ownerguard.GuardConfig{Name: "b"})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package manager_test
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -174,10 +175,8 @@ func (c *cluster) run(limit time.Duration) time.Duration {
 			c.tb.Fatalf("not converged after %v", limit)
 		}
 		c.managerOut(c.m.Tick(c.now))
-		for _, name := range []string{"a", "b", "c", "d"} {
-			if o := c.owners[name]; o != nil {
-				c.ownerOut(o.Tick(c.now))
-			}
+		for _, name := range slices.Sorted(maps.Keys(c.owners)) {
+			c.ownerOut(c.owners[name].Tick(c.now))
 		}
 		c.lookupOut(c.look.Tick(c.now))
 	}

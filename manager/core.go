@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fuge-project/fuge/lease"
-	"github.com/fuge-project/fuge/ring"
 )
 
 // Output is the work a call hands back to the shell, in the order it must be
@@ -130,18 +129,28 @@ func (m *Manager) Request(req lease.LeaseRequest, now time.Time) (Output, error)
 }
 
 // checkLeases rejects held sets that overlap: a well-behaved owner's never do.
+// Sorted by end (an owner sends them so; others are sorted, in a copy), the
+// leases are disjoint when each starts at or after the previous one's end,
+// and, when the first one wraps past zero, the last ends at or before the
+// first one's start. O(n) for sorted input, O(n log n) otherwise; it
+// allocates only to sort.
 func checkLeases(ls []lease.Lease) error {
 	if len(ls) <= 1 {
 		return nil
 	}
-	t := ring.NewTable(false)
-	for _, l := range ls {
-		bad := false
-		t.Span(l.Range, func(i int) { bad = bad || t.Value(i) })
-		if bad {
+	ls = byEnd(ls)
+	for i, l := range ls {
+		wraps := l.Range.Start >= l.Range.End // the whole circle, or across zero
+		switch {
+		case wraps && i > 0:
+			return fmt.Errorf("%w: held leases overlap at %v", ErrBadRequest, l.Range)
+		case i > 0 && l.Range.Start < ls[i-1].Range.End:
 			return fmt.Errorf("%w: held leases overlap at %v", ErrBadRequest, l.Range)
 		}
-		t.Set(l.Range, true)
+	}
+	first, last := ls[0].Range, ls[len(ls)-1].Range
+	if first.Start >= first.End && last.End > first.Start {
+		return fmt.Errorf("%w: held leases overlap at %v", ErrBadRequest, first)
 	}
 	return nil
 }
@@ -159,14 +168,14 @@ func (m *Manager) Drain(ns, owner string, now time.Time) (Output, error) {
 	}
 	s.draining = true
 	n.membersChanged, n.ownersDirty = true, true
-	return n.step(now, nil), nil
+	return n.step(now), nil
 }
 
 // Tick runs timers: lease and session expiry, race re-sends, log truncation.
 func (m *Manager) Tick(now time.Time) Output {
 	var out Output
 	for _, name := range m.sortedNames() {
-		out.merge(m.ns[name].step(now, nil))
+		out.merge(m.ns[name].step(now))
 	}
 	return out
 }

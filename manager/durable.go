@@ -176,39 +176,58 @@ func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, erro
 		n := newNamespace(m, nc, now)
 		n.nextGen = st.NextGen
 		until := now.Add(n.hold).UnixNano()
-		waiting := map[string]bool{}
 		for _, o := range st.Owners {
-			waiting[o.Name] = o.Waiting
+			s := newSession(o.Name, o.Addr, o.Nonce)
+			s.draining, s.waiting, s.lastRecv, s.until = o.Draining, o.Waiting, now, until
+			n.sessions[o.Name] = s
+			n.addrs[o.Name] = o.Addr
+			if o.Waiting {
+				n.waiting++
+			}
+			if len(o.Retired) > 0 {
+				n.retired[o.Name] = slices.Clone(o.Retired)
+			}
+			n.deadlines.push(deadline{at: until, kind: sessionExpiry, s: s})
+			n.queueUntil(s)
 		}
 		arcs := make([]ring.Assignment[arc], 0, len(st.Entries))
+		orphans := false
 		for _, e := range st.Entries {
 			a := arc{gen: e.Gen}
+			s := n.sessions[e.Owner]
 			switch {
-			case e.Owner != "" && waiting[e.Owner]:
-				// Held by an incarnation that a waiting one replaced: it
-				// stays an orphan until it expires.
+			case e.Owner == "":
+			case s == nil || s.waiting:
+				// Held by an incarnation that a waiting one replaced (or,
+				// were the records inconsistent, by no session): it stays
+				// an orphan until it expires.
 				a = arc{holder: e.Owner, gen: e.Gen, st: Recalling, confirmed: true, expiry: until, orphan: true, orphanAddr: e.Addr}
-			case e.Owner != "":
-				a = arc{holder: e.Owner, gen: e.Gen, st: Granted, confirmed: true, expiry: until}
-				n.addrs[e.Owner] = e.Addr
+				orphans = true
+				if s != nil {
+					s.orphanRanges = append(s.orphanRanges, e.Range)
+				}
+			default:
+				a = arc{holder: e.Owner, gen: e.Gen, st: Granted, confirmed: true}
 			}
 			arcs = append(arcs, ring.Assignment[arc]{Range: e.Range, Value: a})
 		}
 		n.table = ring.NewTable(arc{})
 		n.table.SetAll(arcs)
 		n.table.Compact()
+		n.table.Each(func(r ring.Range, a arc) {
+			if s := n.holderOf(a); s != nil {
+				s.mine.Set(r, true)
+			}
+		})
+		for _, s := range n.sessions {
+			s.mine.Compact()
+		}
+		if orphans {
+			n.deadlines.push(deadline{at: until, kind: arcExpiry, r: ring.Full()})
+		}
 		n.view = ring.NewTable(viewVal{})
 		n.view.SetAll(appendAssignments(nil, st.Entries))
 		n.view.Compact()
-		for _, o := range st.Owners {
-			n.sessions[o.Name] = &session{name: o.Name, addr: o.Addr, nonce: o.Nonce, draining: o.Draining, waiting: o.Waiting, lastRecv: now}
-			if _, ok := n.addrs[o.Name]; !ok || o.Waiting {
-				n.addrs[o.Name] = o.Addr
-			}
-			if len(o.Retired) > 0 {
-				n.retired[o.Name] = slices.Clone(o.Retired)
-			}
-		}
 		n.membersChanged = true
 		n.log.lsn = st.LSN
 		for _, lc := range st.Log {

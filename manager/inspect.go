@@ -29,7 +29,10 @@ func (m *Manager) Leases(ns string) ([]ArcInfo, error) {
 	out := make([]ArcInfo, 0, n.table.Len())
 	n.table.Each(func(r ring.Range, a arc) {
 		ai := ArcInfo{Range: r, Owner: a.holder, Gen: a.gen, State: a.st, Confirmed: a.confirmed, Orphan: a.orphan}
-		if a.st != Free {
+		switch s := n.holderOf(a); {
+		case a.st == Granted && s != nil:
+			ai.Expiry = time.Unix(0, s.until)
+		case a.st != Free:
 			ai.Expiry = time.Unix(0, a.expiry)
 		}
 		out = append(out, ai)

@@ -37,9 +37,13 @@ type arc struct {
 	holder    string // owner name; "" when free
 	gen       lease.Gen
 	st        State
-	confirmed bool  // the holder listed it since the grant: send as renewal, never re-grant
-	clean     bool  // freed by a clean migration: its new generation is not a loss
-	expiry    int64 // manager-side hold end, unix nanoseconds; 0 when free
+	confirmed bool // the holder listed it since the grant: send as renewal, never re-grant
+	clean     bool // freed by a clean migration: its new generation is not a loss
+	// expiry is the manager-side hold end of a Recalling arc or an orphan,
+	// in unix nanoseconds, fixed when it was recalled or orphaned. A Granted
+	// arc expires with its holder's session (session.until) and has 0
+	// here, as has a free one.
+	expiry int64
 	// orphan marks an arc held by an earlier incarnation of holder, which
 	// a newer one has replaced: no session can renew or release it (its
 	// holder may still run, cut off, and believe it until its own lease
@@ -59,9 +63,35 @@ type session struct {
 	resendAt   time.Time // pending re-send after a dropped racing request
 	draining   bool
 	// waiting marks a new incarnation that replaced a live one: it is
-	// granted nothing while any arc of its name is an orphan (a name is
-	// not an identity; see replace).
-	waiting bool
+	// granted nothing while any arc it orphaned (orphanRanges) is left (a
+	// name is not an identity; see replace).
+	waiting      bool
+	orphanRanges []ring.Range
+
+	// until is when its Granted arcs expire (unix nanoseconds): T·65/60
+	// after the request that the latest message to it acknowledged.
+	// untilQueued: a grantedExpiry deadline is pending for it.
+	until       int64
+	untilQueued bool
+	// mine is where it holds arcs, Granted or Recalling (not orphans): the
+	// index that lets a request, a message or an expiry touch only its
+	// arcs instead of the whole table. version counts changes to those
+	// arcs (holder, state, generation, confirmation).
+	mine    *ring.Table[bool]
+	version uint64
+	// pending are index updates not yet applied to mine: applied in one
+	// merge pass when the index is next read (flush), since a step may
+	// change thousands of one session's arcs.
+	pending []ring.Assignment[bool]
+	// The renewal fast path: the Held of the last request applied and the
+	// version after it; a request listing exactly that, with no change to
+	// its arcs since, changes nothing.
+	lastHeld    []lease.Lease
+	heldVersion uint64
+	// The message cache: renewals and grants as of msgVersion-1 (0: none).
+	// Messages share these slices; nobody modifies them.
+	renew, grant []lease.Lease
+	msgVersion   uint64
 }
 
 // namespace is one pool: its owners, lease table and change log.
@@ -85,6 +115,14 @@ type namespace struct {
 	seq            uint64    // last sequence number sent to any session: monotonic per peer even when a session is re-created
 	log            changeLog
 	dirty          map[string]bool // sessions to write to at the end of the step
+	// touched lists the ranges whose arcs changed in this step (or whose
+	// desired owner did): reconcile and publish look only there, so a step
+	// costs what it changes, not the size of the ring.
+	touched []ring.Range
+	// deadlines holds every timer: session expiries, holds of Granted arcs
+	// (per session), of Recalling arcs and orphans, and race re-sends.
+	deadlines deadlineHeap
+	waiting   int // sessions waiting
 }
 
 const maxRetired = 16
@@ -107,12 +145,75 @@ func newNamespace(m *Manager, nc NamespaceConfig, now time.Time) *namespace {
 	return n
 }
 
+func newSession(name, addr string, nonce uint64) *session {
+	return &session{name: name, addr: addr, nonce: nonce, mine: ring.NewTable(false)}
+}
+
 func (n *namespace) retire(name string, nonce uint64) {
 	r := append(n.retired[name], nonce)
 	if len(r) > maxRetired {
 		r = r[len(r)-maxRetired:]
 	}
 	n.retired[name] = r
+}
+
+// holderOf is the session that holds a, in its index, or nil: a Granted or
+// Recalling arc that is not an orphan belongs to its holder's session.
+func (n *namespace) holderOf(a arc) *session {
+	if a.st == Free || a.orphan {
+		return nil
+	}
+	return n.sessions[a.holder]
+}
+
+// set replaces the value of table arc i, keeping the sessions' indexes and
+// the step's touched ranges up to date. Every change to an arc goes
+// through here.
+func (n *namespace) set(i int, a arc) {
+	old := n.table.Value(i)
+	if old == a {
+		return
+	}
+	r, _ := n.table.At(i)
+	n.table.SetValue(i, a)
+	n.touched = append(n.touched, r)
+	os, ns := n.holderOf(old), n.holderOf(a)
+	if os != nil {
+		os.version++
+		if os != ns {
+			os.pending = append(os.pending, ring.Assignment[bool]{Range: r, Value: false})
+		}
+	}
+	if ns != nil && ns != os {
+		ns.version++
+		ns.pending = append(ns.pending, ring.Assignment[bool]{Range: r, Value: true})
+	}
+}
+
+// flush applies s's pending index updates.
+func (s *session) flush() {
+	if len(s.pending) == 0 {
+		return
+	}
+	s.mine.SetAll(s.pending)
+	s.mine.Compact()
+	s.pending = s.pending[:0]
+}
+
+// arcsOf calls fn with the index of every arc that s holds (Granted or
+// Recalling, not orphans), in ring order of its runs. fn may change arc
+// values (through set) but not the table's boundaries.
+func (n *namespace) arcsOf(s *session, fn func(i int)) {
+	s.flush()
+	var runs []ring.Range
+	s.mine.Each(func(r ring.Range, v bool) {
+		if v {
+			runs = append(runs, r)
+		}
+	})
+	for _, r := range runs {
+		n.indicesIn(r, fn)
+	}
 }
 
 // request handles one LeaseRequest (Centrifuge §2.3).
@@ -134,18 +235,19 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 			return Output{}, fmt.Errorf("%w: %s is %q's until it leaves or expires (up to %v after its last renewal)",
 				ErrAddressInUse, req.Addr, other, n.hold)
 		}
-		if s != nil {
-			n.retire(s.name, s.nonce)
+		old := s
+		s = newSession(req.Owner, req.Addr, req.Nonce)
+		if old != nil {
+			n.retire(old.name, old.nonce)
 			// The new incarnation is not draining: a restart after a clean
 			// leave (or a drain) puts the name back in the ring.
-			n.membersChanged = n.membersChanged || s.draining
+			n.membersChanged = n.membersChanged || old.draining
+			n.replace(old, s)
 		} else {
 			n.membersChanged = true
 		}
 		n.ownersDirty = true
-		s = &session{name: req.Owner, addr: req.Addr, nonce: req.Nonce}
 		n.sessions[req.Owner] = s
-		n.replace(s)
 		if n.addrs[req.Owner] != req.Addr {
 			n.addrs[req.Owner] = req.Addr
 		}
@@ -153,9 +255,12 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 		st.Opened++
 	} else if filter && req.Seq <= s.peerSeq {
 		st.DroppedStale++
-		return n.step(now, nil), nil
+		return n.step(now), nil
 	}
 	s.peerSeq = req.Seq
+	if s.lastRecv.IsZero() {
+		n.deadlines.push(deadline{at: now.Add(n.hold).UnixNano(), kind: sessionExpiry, s: s})
+	}
 	s.lastRecv = now
 	if req.PeerNonce != n.m.cfg.Nonce {
 		// It has not heard from this manager incarnation: it cannot have
@@ -170,8 +275,9 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 		st.DroppedRacing++
 		if s.resendAt.IsZero() {
 			s.resendAt = now.Add(n.m.backoff())
+			n.deadlines.push(deadline{at: s.resendAt.UnixNano(), kind: resend, s: s})
 		}
-		return n.step(now, nil), nil
+		return n.step(now), nil
 	}
 	st.Accepted++
 	st.Refused += uint64(len(req.Refused))
@@ -182,7 +288,7 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 		n.applyHeld(s, req)
 	}
 	n.dirty[s.name] = true
-	return n.step(now, nil), nil
+	return n.step(now), nil
 }
 
 // addrHolder names the live, non-draining owner other than name whose
@@ -198,58 +304,87 @@ func (n *namespace) addrHolder(addr, name string) string {
 	return ""
 }
 
-// replace makes s, a new session, the incarnation of its name. A name is
-// not an identity: an earlier incarnation may still run, cut off from the
+// replace makes s, a new session, the incarnation of old's name. A name is
+// not an identity: the earlier incarnation may still run, cut off from the
 // manager (a restarted pod whose old process is only partitioned) and
 // believe what it held until its own lease ends, T after the last request
 // it sent. So its arcs become orphans: no session may renew or release
 // them, and they are granted again, to anyone, s included, only once they
-// expire, T·65/60 after the manager last heard from that incarnation. Until
-// then s waits and is granted nothing, so that every arc held under a name
-// belongs to one incarnation, which is what a new leader needs to know to
-// restore the table (OwnerRecord.Waiting). With UnsafeReplace (negative
+// expire, T·65/60 after the manager last heard from that incarnation
+// (session.until for its Granted arcs; a Recalling arc keeps its own).
+// Until then s waits and is granted nothing, so that every arc held under a
+// name belongs to one incarnation, which is what a new leader needs to know
+// to restore the table (OwnerRecord.Waiting). With UnsafeReplace (negative
 // control) the old behaviour: the arcs pass to s as renewals, which it
-// refuses, and they are regranted at once.
-func (n *namespace) replace(s *session) {
-	for i := 0; i < n.table.Len(); i++ {
+// refuses, and they are regranted at once. The caller installs s in
+// n.sessions afterwards.
+func (n *namespace) replace(old, s *session) {
+	if old.waiting {
+		n.waiting--
+	}
+	var orphaned []ring.Range
+	n.arcsOf(old, func(i int) {
 		a := n.table.Value(i)
-		if a.holder != s.name || a.st == Free {
-			continue
-		}
+		r, _ := n.table.At(i)
 		if n.m.cfg.UnsafeReplace {
+			// Hand it to the new session (installed next) as a renewal
+			// only; move the index entry by hand.
 			a.confirmed = true
-		} else if !a.orphan {
-			a.st, a.confirmed, a.orphan, a.orphanAddr = Recalling, true, true, n.addrs[a.holder]
+			n.table.SetValue(i, a)
+			n.touched = append(n.touched, r) // its address may change
+			s.pending = append(s.pending, ring.Assignment[bool]{Range: r, Value: true})
+			s.version++
+			return
 		}
-		s.waiting = s.waiting || a.orphan
-		n.table.SetValue(i, a)
+		if a.st == Granted {
+			a.expiry = old.until
+		}
+		a.st, a.confirmed, a.orphan, a.orphanAddr = Recalling, true, true, n.addrs[a.holder]
+		n.set(i, a)
+		orphaned = append(orphaned, r)
+		n.deadlines.push(deadline{at: a.expiry, kind: arcExpiry, r: r})
+	})
+	if n.m.cfg.UnsafeReplace {
+		s.until = old.until
+		n.deadlines.push(deadline{at: s.until, kind: grantedExpiry, s: s})
+	}
+	// Arcs old orphaned itself, when it was waiting, stay orphans, and s
+	// waits for them too.
+	orphaned = append(orphaned, old.orphanRanges...)
+	if len(orphaned) > 0 {
+		s.waiting, s.orphanRanges = true, orphaned
+		n.waiting++
 	}
 }
 
-// endWaits lets waiting sessions be granted once no orphan of their name
-// is left. It runs after expiry in each step.
+// endWaits lets waiting sessions be granted once no orphan they wait for
+// is left. It runs after expiry in each step that freed arcs.
 func (n *namespace) endWaits() {
-	var waiting []*session
-	for _, s := range n.sessions {
-		if s.waiting {
-			waiting = append(waiting, s)
-		}
-	}
-	if len(waiting) == 0 {
+	if n.waiting == 0 || !n.changed {
 		return
 	}
-	orphans := map[string]bool{}
-	for i := 0; i < n.table.Len(); i++ {
-		if a := n.table.Value(i); a.orphan {
-			orphans[a.holder] = true
+	for _, s := range n.sessions {
+		if !s.waiting || n.anyOrphan(s.orphanRanges) {
+			continue
+		}
+		s.waiting, s.orphanRanges = false, nil
+		n.waiting--
+		n.ownersDirty, n.changed = true, true
+		// Its arcs of the desired ring may be granted now.
+		n.touchOwner(s.name)
+	}
+}
+
+// anyOrphan reports whether an orphan is left in rs.
+func (n *namespace) anyOrphan(rs []ring.Range) bool {
+	for _, r := range rs {
+		found := false
+		n.eachIn(r, func(a arc) { found = found || a.orphan })
+		if found {
+			return true
 		}
 	}
-	for _, s := range waiting {
-		if !orphans[s.name] {
-			s.waiting = false
-			n.ownersDirty, n.changed = true, true
-		}
-	}
+	return false
 }
 
 // leave takes s out of the desired ring on a clean leave
@@ -268,36 +403,107 @@ func (n *namespace) leave(s *session) {
 }
 
 // applyHeld releases every arc of s that s no longer lists, and marks the
-// listed ones as confirmed.
+// listed ones as confirmed. A request that lists exactly what the last one
+// applied did, with no change to s's arcs since, changes nothing, and is
+// recognised in O(held ranges) without looking at the table.
 func (n *namespace) applyHeld(s *session, req lease.LeaseRequest) {
+	if len(req.Migrated) == 0 && s.heldVersion == s.version && s.lastHeld != nil && sameLeases(req.Held, s.lastHeld) {
+		return
+	}
 	arcs := n.table.Len()
 	defer func() { n.split = n.split || n.table.Len() != arcs }()
-	held := ring.NewTable(lease.Gen(0)) // 0: not held (generations start at 1)
+	// Cut the table at the held and migrated ranges' ends, so that each of
+	// s's arcs lies inside one held range or outside all of them.
+	xs := make([]uint64, 0, 2*(len(req.Held)+len(req.Migrated)))
 	for _, l := range req.Held {
-		held.Set(l.Range, l.Gen)
-		n.table.Refine(l.Range)
+		xs = append(xs, l.Range.Start, l.Range.End)
 	}
-	mig := ring.NewTable(false)
 	for _, r := range req.Migrated {
-		mig.Set(r, true)
-		n.table.Refine(r)
+		xs = append(xs, r.Start, r.End)
 	}
-	// Every arc now lies inside one arc of held and one of mig.
-	for i := 0; i < n.table.Len(); i++ {
+	n.table.SplitAll(xs)
+	held := byEnd(req.Held)
+	var mig []ring.Range
+	if len(req.Migrated) > 0 {
+		mig = slices.Clone(req.Migrated)
+	}
+	n.arcsOf(s, func(i int) {
 		a := n.table.Value(i)
-		if a.holder != s.name || a.st == Free || a.orphan {
-			continue
-		}
 		r, _ := n.table.At(i)
-		if held.Get(r.End) == a.gen {
-			a.confirmed = true
-		} else {
-			a = n.free(mig.Get(r.End))
-			n.m.stats.Releases++
-			n.changed = true
+		if g, ok := genAt(held, r.End); ok && g == a.gen {
+			if !a.confirmed {
+				a.confirmed = true
+				n.set(i, a)
+			}
+			return
 		}
-		n.table.SetValue(i, a)
+		n.set(i, n.free(inAny(mig, r.End)))
+		n.m.stats.Releases++
+		n.changed = true
+	})
+	s.lastHeld, s.heldVersion = req.Held, s.version
+}
+
+// byEnd returns ls sorted by the end of their ranges (a copy if needed).
+func byEnd(ls []lease.Lease) []lease.Lease {
+	less := func(a, b lease.Lease) int {
+		switch {
+		case a.Range.End < b.Range.End:
+			return -1
+		case a.Range.End > b.Range.End:
+			return 1
+		}
+		return 0
 	}
+	if slices.IsSortedFunc(ls, less) {
+		return ls
+	}
+	ls = slices.Clone(ls)
+	slices.SortFunc(ls, less)
+	return ls
+}
+
+// genAt returns the generation of the lease of ls (sorted by end, not
+// overlapping) that contains h.
+func genAt(ls []lease.Lease, h uint64) (lease.Gen, bool) {
+	i, _ := slices.BinarySearchFunc(ls, h, func(l lease.Lease, h uint64) int {
+		switch {
+		case l.Range.End < h:
+			return -1
+		case l.Range.End > h:
+			return 1
+		}
+		return 0
+	})
+	if i == len(ls) {
+		i = 0 // a range wrapping past zero ends first
+	}
+	if i < len(ls) && ls[i].Range.Contains(h) {
+		return ls[i].Gen, true
+	}
+	return 0, false
+}
+
+func inAny(rs []ring.Range, h uint64) bool {
+	for _, r := range rs {
+		if r.Contains(h) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameLeases reports whether a and b list the same leases.
+func sameLeases(a, b []lease.Lease) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // grantGen is the generation for granting an arc that has been free since an
@@ -318,215 +524,6 @@ func (n *namespace) free(clean bool) arc {
 		n.stepGen = n.nextGen
 	}
 	return arc{gen: n.stepGen, st: Free, clean: clean}
-}
-
-// step runs expiry, reconciles the lease table with the desired ring, writes
-// to the owners that need it and records the lookups' view changes.
-func (n *namespace) step(now time.Time, _ []string) Output {
-	// Arcs freed by applyHeld before this call share this step's generation.
-	defer func() { n.stepGen, n.stepGrantGen, n.changed, n.split = 0, 0, false, false }()
-	nowNs := now.UnixNano()
-	// Map order is fine here: which sessions expire does not depend on it.
-	for name, s := range n.sessions {
-		if !now.Before(s.lastRecv.Add(n.hold)) {
-			// Not retired: the same incarnation may come back after a
-			// partition; by then its own leases have expired.
-			delete(n.sessions, name)
-			delete(n.dirty, name)
-			n.membersChanged, n.ownersDirty = true, true
-			n.m.stats.SessionExpiries++
-		}
-	}
-	for i := 0; i < n.table.Len(); i++ {
-		if a := n.table.Value(i); a.st != Free && a.expiry <= nowNs {
-			n.table.SetValue(i, n.free(false))
-			n.m.stats.Expiries++
-			n.changed = true
-		}
-	}
-	n.endWaits()
-	// A plain renewal changes nothing: the table is reconciled, compacted
-	// and diffed only after an arc was freed or the membership changed.
-	changed := n.changed || n.membersChanged
-	if n.membersChanged {
-		n.membersChanged = false
-		n.desired = n.desiredRing()
-	}
-	if changed {
-		n.reconcile()
-	}
-	var out Output
-	for name, s := range n.sessions {
-		if !s.resendAt.IsZero() && !now.Before(s.resendAt) {
-			n.dirty[name] = true
-			n.m.stats.RaceResends++
-		}
-	}
-	for _, name := range sortedKeys(n.dirty) {
-		if s := n.sessions[name]; s != nil {
-			out.Send = append(out.Send, n.message(s))
-		}
-	}
-	clear(n.dirty)
-	if changed || n.split {
-		n.table.Compact()
-	}
-	if changed || n.ownersDirty {
-		if c := n.publish(now); len(c.Changes) > 0 || c.Owners != nil {
-			out.Commits = append(out.Commits, c)
-		}
-	}
-	n.log.truncate(now, n.m.cfg.LogRetention)
-	return out
-}
-
-// desiredRing apportions R among the live, non-draining owners.
-func (n *namespace) desiredRing() *ring.Ring {
-	var names []string
-	for name, s := range n.sessions {
-		if !s.draining {
-			names = append(names, name)
-		}
-	}
-	owners, err := ring.Apportion(names, n.cfg.RingSize)
-	if err != nil {
-		panic("manager: apportion: " + err.Error()) // names are unique and R was validated
-	}
-	r, err := ring.New(owners)
-	if err != nil {
-		panic("manager: ring: " + err.Error())
-	}
-	return r
-}
-
-// reconcile moves the lease table toward the desired ring: recall arcs held
-// by the wrong owner, cancel recalls that are wanted again, grant free arcs.
-func (n *namespace) reconcile() {
-	d := n.desired
-	if d.Len() > 0 {
-		hs := make([]uint64, d.Len())
-		for i, e := range d.Entries() {
-			hs[i] = e.Hash
-		}
-		n.table.SplitSorted(hs)
-	}
-	for i := 0; i < n.table.Len(); i++ {
-		a := n.table.Value(i)
-		r, _ := n.table.At(i)
-		want := d.LookupOwner(r.End)
-		if ws := n.sessions[want]; ws != nil && ws.waiting {
-			// Nothing moves toward an owner that may not be granted
-			// anything yet: its arcs stay where they are until it may.
-			want = ""
-			if a.st != Free {
-				continue
-			}
-		}
-		switch {
-		case a.orphan:
-			continue // only expiry ends it
-		case a.st == Granted && a.holder != want:
-			a.st = Recalling
-			a.confirmed = true // from now on it may only be renewed
-			n.dirty[a.holder] = true
-			n.m.stats.Recalls++
-		case a.st == Recalling && a.holder == want:
-			a.st = Granted
-			n.dirty[a.holder] = true
-		case a.st == Free && want != "":
-			// An arc freed in this step was never seen free: its new
-			// generation, which nobody has held, goes to the grant.
-			g := a.gen
-			if g != n.stepGen {
-				g = n.grantGen()
-			}
-			a = arc{holder: want, gen: g, st: Granted, clean: a.clean}
-			n.dirty[want] = true
-			n.m.stats.Grants++
-		default:
-			continue
-		}
-		n.table.SetValue(i, a)
-	}
-}
-
-// message writes the complete set of leases of s: renewals and grants. Every
-// lease in it is held by the manager until hold after the request it
-// acknowledges was received.
-func (n *namespace) message(s *session) lease.LeaseResponse {
-	until := s.lastRecv.Add(n.hold).UnixNano()
-	var renew, grant []lease.Lease
-	for i := 0; i < n.table.Len(); i++ {
-		a := n.table.Value(i)
-		if a.holder != s.name || a.st != Granted {
-			continue
-		}
-		if a.expiry < until {
-			a.expiry = until
-			n.table.SetValue(i, a)
-		}
-		r, _ := n.table.At(i)
-		if a.confirmed {
-			renew = appendLease(renew, lease.Lease{Range: r, Gen: a.gen})
-		} else {
-			grant = appendLease(grant, lease.Lease{Range: r, Gen: a.gen})
-		}
-	}
-	n.seq++
-	s.mySeq = n.seq
-	s.resendAt = time.Time{}
-	return lease.LeaseResponse{
-		Namespace: n.cfg.Name,
-		Owner:     s.name,
-		Header:    lease.Header{Nonce: n.m.cfg.Nonce, Seq: s.mySeq, PeerNonce: s.nonce, AckSeq: s.peerSeq},
-		Renew:     mergeWrap(renew),
-		Grant:     mergeWrap(grant),
-		// Every response names the routing header, so that an owner's
-		// guard follows the namespace's (ownerguard.Owner.RoutingHeader).
-		RoutingHeader: n.cfg.Header,
-	}
-}
-
-// appendLease appends l, merging it into the previous lease when they are
-// adjacent with the same generation.
-func appendLease(ls []lease.Lease, l lease.Lease) []lease.Lease {
-	if k := len(ls) - 1; k >= 0 && ls[k].Gen == l.Gen && ls[k].Range.End == l.Range.Start {
-		ls[k].Range.End = l.Range.End
-		return ls
-	}
-	return append(ls, l)
-}
-
-// mergeWrap joins the last and first leases when they meet across zero.
-func mergeWrap(ls []lease.Lease) []lease.Lease {
-	if k := len(ls) - 1; k > 0 && ls[k].Gen == ls[0].Gen && ls[k].Range.End == ls[0].Range.Start {
-		ls[0].Range.Start = ls[k].Range.Start
-		ls = ls[:k]
-	}
-	if len(ls) == 1 && ls[0].Range.Start == ls[0].Range.End {
-		ls[0].Range = ring.Full()
-	}
-	return ls
-}
-
-func (n *namespace) nextDeadline() time.Time {
-	var d time.Time
-	min := func(t time.Time) {
-		if !t.IsZero() && (d.IsZero() || t.Before(d)) {
-			d = t
-		}
-	}
-	for _, s := range n.sessions {
-		min(s.lastRecv.Add(n.hold))
-		min(s.resendAt)
-	}
-	for i := 0; i < n.table.Len(); i++ {
-		if a := n.table.Value(i); a.st != Free {
-			min(time.Unix(0, a.expiry))
-		}
-	}
-	min(n.log.nextTruncation(n.m.cfg.LogRetention))
-	return d
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -204,6 +204,9 @@ func (h *harness) ownerOutput(label string, o ownerguard.Output) {
 }
 
 func (h *harness) managerOutput(o manager.Output) {
+	if err := h.mgr.Verify(); err != nil {
+		h.t.Fatal(err)
+	}
 	for _, nc := range o.Commits {
 		if err := h.state.Apply(nc, h.cfg.LogRetention); err != nil {
 			h.t.Fatalf("replicated state: %v", err)

@@ -1,6 +1,9 @@
 package manager
 
 import (
+	"cmp"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/fuge-project/fuge/lease"
@@ -32,36 +35,59 @@ func (n *namespace) projection(a arc) viewVal {
 	return viewVal{Owner: a.holder, Addr: n.addrs[a.holder], Gen: a.gen, clean: a.clean}
 }
 
-// publish diffs the lookups' view against the lease table and appends the
-// differences to the change log.
+// publish diffs the lookups' view against the lease table in the step's
+// touched ranges (the view elsewhere is the table's projection already),
+// updates it, and appends the differences to the change log.
 func (n *namespace) publish(now time.Time) Commit {
-	next := ring.Map(n.table, n.projection)
-	next.Compact()
 	out := Commit{Namespace: n.cfg.Name, FromLSN: n.log.lsn, At: now}
 	if n.ownersDirty {
 		n.ownersDirty = false
 		out.Owners = n.ownerRecords()
 	}
+	type piece struct {
+		r       ring.Range
+		old, nv viewVal
+	}
+	var pieces []piece
+	if debugPublish {
+		fmt.Println("runs", n.touchedRuns())
+		n.table.Each(func(r ring.Range, a arc) { fmt.Printf("  T %v %+v\n", r, a) })
+		n.view.Each(func(r ring.Range, a viewVal) { fmt.Printf("  V %v %+v\n", r, a) })
+	}
+	for _, r := range n.touchedRuns() {
+		ring.WalkIn(n.table, n.view, r, func(r ring.Range, a arc, old viewVal) {
+			if nv := n.projection(a); nv != old {
+				pieces = append(pieces, piece{r, old, nv})
+			}
+		})
+	}
+	// In ring order, by end, as a walk of the whole circle would list them.
+	slices.SortFunc(pieces, func(a, b piece) int { return cmp.Compare(a.r.End, b.r.End) })
 	var pending []lease.Change
-	ring.Walk(n.view, next, func(r ring.Range, old, nv viewVal) {
-		if old.same(nv) {
-			return
+	sets := make([]ring.Assignment[viewVal], 0, len(pieces))
+	for _, p := range pieces {
+		sets = append(sets, ring.Assignment[viewVal]{Range: p.r, Value: p.nv})
+		if p.old.same(p.nv) {
+			continue // only the clean mark, which lookups do not see
 		}
 		c := lease.Change{
-			Entry: lease.Entry{Range: r, Owner: nv.Owner, Addr: nv.Addr, Gen: nv.Gen},
-			Clean: nv.clean && nv.Gen != old.Gen,
+			Entry: lease.Entry{Range: p.r, Owner: p.nv.Owner, Addr: p.nv.Addr, Gen: p.nv.Gen},
+			Clean: p.nv.clean && p.nv.Gen != p.old.Gen,
 		}
 		if k := len(pending) - 1; k >= 0 {
-			p := pending[k]
-			if p.Entry.Range.End == r.Start && p.Clean == c.Clean &&
-				p.Entry.Owner == c.Entry.Owner && p.Entry.Addr == c.Entry.Addr && p.Entry.Gen == c.Entry.Gen {
-				pending[k].Entry.Range.End = r.End
-				return
+			q := pending[k]
+			if q.Entry.Range.End == p.r.Start && q.Clean == c.Clean &&
+				q.Entry.Owner == c.Entry.Owner && q.Entry.Addr == c.Entry.Addr && q.Entry.Gen == c.Entry.Gen {
+				pending[k].Entry.Range.End = p.r.End
+				continue
 			}
 		}
 		pending = append(pending, c)
-	})
-	n.view = next
+	}
+	if len(sets) > 0 {
+		n.view.SetAll(sets)
+		n.view.Compact()
+	}
 	for _, c := range pending {
 		out.Changes = append(out.Changes, n.log.append(c, now))
 	}
@@ -178,3 +204,5 @@ func (l *changeLog) nextTruncation(keep time.Duration) time.Time {
 	}
 	return l.entries[0].at.Add(keep)
 }
+
+var debugPublish = false

@@ -221,3 +221,30 @@ func (r *Ring) Arc(p int) Range {
 	}
 	return Range{Start: r.hashes[prev], End: r.hashes[p]}
 }
+
+// AppendHashesIn appends to dst the positions of the entries that lie in
+// rg, (Start, End], and returns it: for a range that wraps past zero, those
+// after Start and then those up to End. The whole circle gives every entry.
+func (r *Ring) AppendHashesIn(dst []uint64, rg Range) []uint64 {
+	hs := r.hashes
+	if len(hs) == 0 {
+		return dst
+	}
+	if rg.IsFull() {
+		return append(dst, hs...)
+	}
+	after := func(x uint64) int { // index of the first entry > x
+		i, found := slices.BinarySearch(hs, x)
+		if found {
+			for i < len(hs) && hs[i] == x {
+				i++
+			}
+		}
+		return i
+	}
+	lo, hi := after(rg.Start), after(rg.End)
+	if rg.Start < rg.End {
+		return append(dst, hs[lo:hi]...)
+	}
+	return append(append(dst, hs[lo:]...), hs[:hi]...)
+}

@@ -254,3 +254,24 @@ func FuzzLookup(f *testing.F) {
 		}
 	})
 }
+
+func TestAppendHashesIn(t *testing.T) {
+	r, err := New([]Owner{{Name: "a", VNodes: 8}, {Name: "b", VNodes: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := r.hashes
+	for _, rg := range []Range{Full(), {hs[2], hs[5]}, {hs[5], hs[2]}, {hs[3], hs[3] + 1}, {hs[15], hs[0]}, {hs[0] - 1, hs[0]}} {
+		var want []uint64
+		for _, h := range hs {
+			if rg.Contains(h) {
+				want = append(want, h)
+			}
+		}
+		got := r.AppendHashesIn(nil, rg)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("AppendHashesIn(%v) = %x, want %x", rg, got, want)
+		}
+	}
+}

@@ -211,6 +211,11 @@ func (t *Table[V]) update(k int, rangeAt func(int) Range, fn func(int, Range, V)
 	}
 }
 
+// SplitAll makes every x in xs (any order; xs may be reordered) an arc
+// boundary, as Split does for each: a handful of new boundaries are
+// inserted in place, more are merged in one pass (SplitSorted).
+func (t *Table[V]) SplitAll(xs []uint64) { t.splitAll(xs) }
+
 // splitAll makes every x in xs (any order) an arc boundary. A handful of new
 // boundaries are inserted one by one, in place; more are merged in one pass.
 func (t *Table[V]) splitAll(xs []uint64) {
@@ -269,28 +274,37 @@ func (t *Table[V]) Each(fn func(r Range, v V)) {
 	}
 }
 
-// Compact merges adjacent arcs with equal values (including across the wrap).
+// Compact merges adjacent arcs with equal values (including across the
+// wrap). It works in place: it allocates nothing, and a table with nothing
+// to merge is only read.
 func (t *Table[V]) Compact() {
 	n := len(t.ends)
 	if n <= 1 {
 		return
 	}
-	ends := t.ends[:0:0]
-	vals := t.vals[:0:0]
-	for i := 0; i < n; i++ {
+	// The first arc that merges into its successor; before it nothing moves.
+	i := 0
+	for i+1 < n && t.vals[i] != t.vals[i+1] {
+		i++
+	}
+	k := i // arcs [0, k) are kept in place
+	for ; i < n; i++ {
 		// Arc i merges into arc i+1 (which ends later) when values are equal.
 		if i+1 < n && t.vals[i] == t.vals[i+1] {
 			continue
 		}
-		ends = append(ends, t.ends[i])
-		vals = append(vals, t.vals[i])
+		t.ends[k], t.vals[k] = t.ends[i], t.vals[i]
+		k++
 	}
 	// The last kept arc and the first kept arc meet at the wrap.
-	if len(ends) > 1 && vals[0] == vals[len(vals)-1] {
-		ends = ends[:len(ends)-1]
-		vals = vals[:len(vals)-1]
+	if k > 1 && t.vals[0] == t.vals[k-1] {
+		k--
 	}
-	t.ends, t.vals = ends, vals
+	var zero V
+	for j := k; j < n; j++ {
+		t.vals[j] = zero // drop references the kept arcs no longer hold
+	}
+	t.ends, t.vals = t.ends[:k], t.vals[:k]
 }
 
 // Equal reports whether two tables give the same value at every point.

@@ -55,3 +55,39 @@ func Walk[V, W comparable](a *Table[V], b *Table[W], fn func(r Range, va V, vb W
 		}
 	}
 }
+
+// WalkIn is Walk restricted to r: it calls fn for every arc of the common
+// refinement of a and b that lies in r, cut at r's ends, clockwise from
+// r.Start. It runs in time linear in the number of those arcs (plus two
+// binary searches) and does not modify the tables. For the whole circle it
+// is Walk.
+func WalkIn[V, W comparable](a *Table[V], b *Table[W], r Range, fn func(r Range, va V, vb W)) {
+	if r.IsFull() {
+		Walk(a, b, fn)
+		return
+	}
+	length := r.End - r.Start // (0, 2^64)
+	off := func(x uint64) uint64 { return x - r.Start }
+	ia, ib := a.Find(r.Start+1), b.Find(r.Start+1)
+	cur := uint64(0) // offset of the last cut
+	for cur < length {
+		na, nb := off(a.ends[ia]), off(b.ends[ib])
+		// Past r, round the circle, or the lone end of a one-arc table
+		// (the whole circle, with no boundary): no more cuts from it.
+		if na <= cur || na == 0 || len(a.ends) == 1 {
+			na = length
+		}
+		if nb <= cur || nb == 0 || len(b.ends) == 1 {
+			nb = length
+		}
+		next := min(na, nb, length)
+		fn(Range{Start: r.Start + cur, End: r.Start + next}, a.vals[ia], b.vals[ib])
+		cur = next
+		if na == next && next < length {
+			ia = (ia + 1) % len(a.ends)
+		}
+		if nb == next && next < length {
+			ib = (ib + 1) % len(b.ends)
+		}
+	}
+}

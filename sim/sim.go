@@ -172,7 +172,12 @@ func run(p Params, log io.Writer) Result {
 	} else {
 		w.scheduleFaults()
 	}
-	each := func() { w.check.everyEvent() }
+	each := func() {
+		w.check.everyEvent()
+		if err := w.mgr.core.Verify(); err != nil {
+			w.violate("core invariant: %v", err)
+		}
+	}
 	w.s.run(p.FaultPhase, each)
 	w.endFaults()
 	w.s.run(p.FaultPhase+p.Settle, each)

@@ -1,0 +1,88 @@
+package manager_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// prsOwners is PRS's pool size (§7.1): 500 owners.
+const prsOwners = 500
+
+// ownerName is the name of owner i of a benchmark pool.
+func ownerName(i int) string { return fmt.Sprintf("o%04d", i) }
+
+// convergedPool returns a cluster of n owners at ring size r, converged.
+func convergedPool(tb testing.TB, r, n int) *cluster {
+	tb.Helper()
+	c := newCluster(tb, r)
+	for i := range n {
+		c.addOwner(ownerName(i), uint64(i+1))
+	}
+	c.run(10 * time.Minute)
+	return c
+}
+
+// BenchmarkRequest measures the manager's lease core handling owner
+// requests in a pool of 500 owners that hold the whole ring of R entries:
+//
+//   - renew: one owner's periodic request, which changes nothing (the
+//     manager's side alone);
+//   - join: a 501st owner joins, and the pool converges again (every
+//     request and response of the recalls, releases and grants, the
+//     owners' and the lookup's work included);
+//   - drain: one owner is drained, and the pool converges again;
+//   - storm: 500 owners join an empty namespace at once and converge.
+func BenchmarkRequest(b *testing.B) {
+	for _, r := range []int{4096, 65536} {
+		c := convergedPool(b, r, prsOwners)
+		b.Run(fmt.Sprintf("renew/R=%d", r), func(b *testing.B) {
+			o := c.owners[ownerName(7)]
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				req := *o.Resend(c.now).Send
+				b.StartTimer()
+				out, err := c.m.Request(req, c.now)
+				b.StopTimer()
+				if err != nil || len(out.Commits) > 0 || len(out.Send) != 1 {
+					b.Fatalf("renewal: err %v, %d commits, %d messages", err, len(out.Commits), len(out.Send))
+				}
+				if o.Step(out.Send[0], c.now).Send != nil {
+					b.Fatal("a renewal changed what the owner holds")
+				}
+				b.StartTimer()
+			}
+		})
+		b.Run(fmt.Sprintf("join/R=%d", r), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				c := convergedPool(b, r, prsOwners)
+				b.StartTimer()
+				c.addOwner(ownerName(prsOwners), prsOwners+1)
+				c.run(10 * time.Minute)
+			}
+		})
+		b.Run(fmt.Sprintf("drain/R=%d", r), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				c := convergedPool(b, r, prsOwners)
+				b.StartTimer()
+				out, err := c.m.Drain(benchNS, ownerName(3), c.now)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.managerOut(out)
+				c.run(10 * time.Minute)
+			}
+		})
+		b.Run(fmt.Sprintf("storm/R=%d", r), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				convergedPool(b, r, prsOwners)
+			}
+		})
+	}
+}

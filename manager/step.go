@@ -1,0 +1,447 @@
+package manager
+
+import (
+	"slices"
+	"time"
+
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
+)
+
+// step runs expiry, reconciles the lease table with the desired ring, writes
+// to the owners that need it and records the lookups' view changes. It looks
+// only at what changed: the timers that came due, and the ranges touched in
+// this step (or whose desired owner changed), never the whole table unless
+// the whole table changed.
+func (n *namespace) step(now time.Time) Output {
+	// Arcs freed by applyHeld before this call share this step's generation.
+	defer func() {
+		n.stepGen, n.stepGrantGen, n.changed, n.split = 0, 0, false, false
+		n.touched = n.touched[:0]
+	}()
+	n.expire(now.UnixNano())
+	n.endWaits()
+	// A plain renewal changes nothing: the table is reconciled, compacted
+	// and diffed only after an arc was freed or the membership changed.
+	changed := n.changed || n.membersChanged
+	if n.membersChanged {
+		n.membersChanged = false
+		n.updateDesired()
+	}
+	if changed {
+		n.reconcile()
+	}
+	var out Output
+	for _, name := range sortedKeys(n.dirty) {
+		if s := n.sessions[name]; s != nil {
+			out.Send = append(out.Send, n.message(s))
+		}
+	}
+	clear(n.dirty)
+	if changed || n.split {
+		n.table.Compact()
+	}
+	if changed || n.ownersDirty {
+		if c := n.publish(now); len(c.Changes) > 0 || c.Owners != nil {
+			out.Commits = append(out.Commits, c)
+		}
+	}
+	n.log.truncate(now, n.m.cfg.LogRetention)
+	return out
+}
+
+// expire runs the timers due at now: sessions that ended, holds that ran
+// out, race re-sends.
+func (n *namespace) expire(now int64) {
+	for {
+		d, ok := n.deadlines.popDue(now)
+		if !ok {
+			return
+		}
+		s := d.s
+		live := s != nil && n.sessions[s.name] == s
+		switch d.kind {
+		case sessionExpiry:
+			if !live {
+				continue
+			}
+			if end := s.lastRecv.Add(n.hold).UnixNano(); end > now {
+				n.deadlines.push(deadline{at: end, kind: sessionExpiry, s: s})
+				continue
+			}
+			n.endSession(s, now)
+		case grantedExpiry:
+			if !live {
+				continue
+			}
+			s.untilQueued = false
+			if s.until > now {
+				n.queueUntil(s)
+				continue
+			}
+			n.arcsOf(s, func(i int) {
+				if a := n.table.Value(i); a.st == Granted {
+					n.set(i, n.free(false))
+					n.m.stats.Expiries++
+					n.changed = true
+				}
+			})
+		case arcExpiry:
+			n.indicesIn(d.r, func(i int) {
+				if a := n.table.Value(i); a.st == Recalling && a.expiry <= now {
+					n.set(i, n.free(false))
+					n.m.stats.Expiries++
+					n.changed = true
+				}
+			})
+		case resend:
+			if live && !s.resendAt.IsZero() && s.resendAt.UnixNano() <= now {
+				n.dirty[s.name] = true
+				n.m.stats.RaceResends++
+			}
+		}
+	}
+}
+
+// endSession ends a session the manager has not heard from for T·65/60.
+// Not retired: the same incarnation may come back after a partition; by
+// then its own leases have expired. So have its arcs here, all of them:
+// its Granted arcs expired at its until, which is at most T·65/60 after the
+// last request heard, and a Recalling one earlier still.
+func (n *namespace) endSession(s *session, now int64) {
+	n.arcsOf(s, func(i int) {
+		a := n.table.Value(i)
+		if a.st == Granted || a.expiry <= now {
+			n.set(i, n.free(false))
+			n.m.stats.Expiries++
+		} else {
+			// Cannot happen (see above); never free a hold early.
+			a.orphan, a.orphanAddr = true, n.addrs[a.holder]
+			n.set(i, a)
+			r, _ := n.table.At(i)
+			n.deadlines.push(deadline{at: a.expiry, kind: arcExpiry, r: r})
+		}
+		n.changed = true
+	})
+	if s.waiting {
+		n.waiting--
+	}
+	delete(n.sessions, s.name)
+	delete(n.dirty, s.name)
+	n.membersChanged, n.ownersDirty = true, true
+	n.m.stats.SessionExpiries++
+}
+
+// settle drops, or moves to their current time, the earliest deadlines that
+// became moot, so that the next one is a timer with work to do.
+func (n *namespace) settle() {
+	for len(n.deadlines) > 0 {
+		d := n.deadlines[0]
+		s := d.s
+		live := s != nil && n.sessions[s.name] == s
+		switch d.kind {
+		case sessionExpiry:
+			if !live {
+				n.deadlines.popDue(d.at)
+				continue
+			}
+			if end := s.lastRecv.Add(n.hold).UnixNano(); end > d.at {
+				n.deadlines.popDue(d.at)
+				n.deadlines.push(deadline{at: end, kind: sessionExpiry, s: s})
+				continue
+			}
+		case grantedExpiry:
+			if !live {
+				n.deadlines.popDue(d.at)
+				continue
+			}
+			if s.until > d.at {
+				n.deadlines.popDue(d.at)
+				n.deadlines.push(deadline{at: s.until, kind: grantedExpiry, s: s})
+				continue
+			}
+			if s.msgVersion == s.version+1 && len(s.renew)+len(s.grant) == 0 {
+				// It holds nothing Granted; message queues it again when it does.
+				n.deadlines.popDue(d.at)
+				s.untilQueued = false
+				continue
+			}
+		case arcExpiry:
+			due := false
+			n.eachIn(d.r, func(a arc) { due = due || (a.st == Recalling && a.expiry == d.at) })
+			if !due {
+				n.deadlines.popDue(d.at)
+				continue
+			}
+		case resend:
+			if !live || s.resendAt.UnixNano() != d.at {
+				n.deadlines.popDue(d.at)
+				continue
+			}
+		}
+		return
+	}
+}
+
+// eachIn calls fn with the value of every arc that meets r, without
+// changing the table.
+func (n *namespace) eachIn(r ring.Range, fn func(a arc)) {
+	n.indicesIn(r, func(i int) { fn(n.table.Value(i)) })
+}
+
+// indicesIn calls fn with the index of every arc that meets r, in order
+// from the one containing the point after r.Start, without changing the
+// table's boundaries (fn may change values). Where r's ends are arc
+// boundaries, these are exactly the arcs r is made of.
+func (n *namespace) indicesIn(r ring.Range, fn func(i int)) {
+	t := n.table
+	i := t.Find(r.Start + 1)
+	for range t.Len() {
+		ar, _ := t.At(i)
+		fn(i)
+		if !r.IsFull() && ar.Contains(r.End) {
+			return
+		}
+		if i++; i == t.Len() {
+			i = 0
+		}
+	}
+}
+
+// queueUntil schedules s's Granted arcs' expiry, unless it is scheduled.
+func (n *namespace) queueUntil(s *session) {
+	if !s.untilQueued {
+		s.untilQueued = true
+		n.deadlines.push(deadline{at: s.until, kind: grantedExpiry, s: s})
+	}
+}
+
+// desiredRing apportions R among the live, non-draining owners.
+func (n *namespace) desiredRing() *ring.Ring {
+	var names []string
+	for name, s := range n.sessions {
+		if !s.draining {
+			names = append(names, name)
+		}
+	}
+	owners, err := ring.Apportion(names, n.cfg.RingSize)
+	if err != nil {
+		panic("manager: apportion: " + err.Error()) // names are unique and R was validated
+	}
+	r, err := ring.New(owners)
+	if err != nil {
+		panic("manager: ring: " + err.Error())
+	}
+	return r
+}
+
+// updateDesired recomputes the desired ring and touches every range whose
+// desired owner changed.
+func (n *namespace) updateDesired() {
+	old := n.desired
+	n.desired = n.desiredRing()
+	for _, mv := range ring.Diff(old, n.desired) {
+		n.touched = append(n.touched, mv.Range)
+	}
+}
+
+// touchOwner touches the desired ring's arcs of owner name.
+func (n *namespace) touchOwner(name string) {
+	d := n.desired
+	for p := range d.Len() {
+		if d.OwnerName(p) == name {
+			n.touched = append(n.touched, d.Arc(p))
+		}
+	}
+}
+
+// touchedRuns returns the step's touched ranges as disjoint ranges in ring
+// order (by end, the one across zero first).
+func (n *namespace) touchedRuns() []ring.Range {
+	if len(n.touched) == 0 {
+		return nil
+	}
+	t := ring.NewTable(false)
+	as := make([]ring.Assignment[bool], len(n.touched))
+	for i, r := range n.touched {
+		as[i] = ring.Assignment[bool]{Range: r, Value: true}
+	}
+	t.SetAll(as)
+	t.Compact()
+	var runs []ring.Range
+	t.Each(func(r ring.Range, v bool) {
+		if v {
+			runs = append(runs, r)
+		}
+	})
+	return runs
+}
+
+// reconcile moves the lease table toward the desired ring in the touched
+// ranges: recall arcs held by the wrong owner, cancel recalls that are
+// wanted again, grant free arcs.
+func (n *namespace) reconcile() {
+	d := n.desired
+	runs := n.touchedRuns()
+	// An arc must not straddle an entry of the desired ring, so that one
+	// owner wants all of it; nor a run's end, so that a run is whole arcs.
+	// All cuts in one pass: one by one, each would move the table.
+	var xs []uint64
+	for _, r := range runs {
+		xs = d.AppendHashesIn(xs, r)
+		xs = append(xs, r.Start, r.End)
+	}
+	before := n.table.Len()
+	n.table.SplitAll(xs)
+	n.split = n.split || n.table.Len() != before
+	for _, r := range runs {
+		n.indicesIn(r, func(i int) { n.reconcileArc(i, d) })
+	}
+}
+
+// reconcileArc applies the desired ring to arc i.
+func (n *namespace) reconcileArc(i int, d *ring.Ring) {
+	a := n.table.Value(i)
+	r, _ := n.table.At(i)
+	want := d.LookupOwner(r.End)
+	if n.waiting > 0 {
+		if ws := n.sessions[want]; ws != nil && ws.waiting {
+			// Nothing moves toward an owner that may not be granted
+			// anything yet: its arcs stay where they are until it may.
+			want = ""
+			if a.st != Free {
+				return
+			}
+		}
+	}
+	switch {
+	case a.orphan:
+		return // only expiry ends it
+	case a.st == Granted && a.holder != want:
+		a.st = Recalling
+		a.confirmed = true // from now on it may only be renewed
+		if s := n.sessions[a.holder]; s != nil {
+			a.expiry = s.until
+		}
+		n.dirty[a.holder] = true
+		n.m.stats.Recalls++
+		n.deadlines.push(deadline{at: a.expiry, kind: arcExpiry, r: r})
+	case a.st == Recalling && a.holder == want:
+		a.st, a.expiry = Granted, 0
+		n.dirty[a.holder] = true
+	case a.st == Free && want != "":
+		// An arc freed in this step was never seen free: its new
+		// generation, which nobody has held, goes to the grant.
+		g := a.gen
+		if g != n.stepGen {
+			g = n.grantGen()
+		}
+		a = arc{holder: want, gen: g, st: Granted, clean: a.clean}
+		n.dirty[want] = true
+		n.m.stats.Grants++
+	default:
+		return
+	}
+	n.set(i, a)
+}
+
+// message writes the complete set of leases of s: renewals and grants. Every
+// Granted lease in it is held by the manager until hold after the request it
+// acknowledges was received (session.until). The lists are kept between
+// messages until s's arcs change, and shared by the messages: nobody
+// modifies them.
+func (n *namespace) message(s *session) lease.LeaseResponse {
+	if until := s.lastRecv.Add(n.hold).UnixNano(); until > s.until {
+		s.until = until
+	}
+	if s.msgVersion != s.version+1 {
+		var renew, grant []lease.Lease
+		n.arcsOf(s, func(i int) {
+			a := n.table.Value(i)
+			if a.st != Granted {
+				return
+			}
+			r, _ := n.table.At(i)
+			if a.confirmed {
+				renew = append(renew, lease.Lease{Range: r, Gen: a.gen})
+			} else {
+				grant = append(grant, lease.Lease{Range: r, Gen: a.gen})
+			}
+		})
+		s.renew, s.grant = canonLeases(renew), canonLeases(grant)
+		s.msgVersion = s.version + 1
+	}
+	if len(s.renew)+len(s.grant) > 0 {
+		n.queueUntil(s)
+	}
+	n.seq++
+	s.mySeq = n.seq
+	s.resendAt = time.Time{}
+	return lease.LeaseResponse{
+		Namespace: n.cfg.Name,
+		Owner:     s.name,
+		Header:    lease.Header{Nonce: n.m.cfg.Nonce, Seq: s.mySeq, PeerNonce: s.nonce, AckSeq: s.peerSeq},
+		Renew:     s.renew,
+		Grant:     s.grant,
+		// Every response names the routing header, so that an owner's
+		// guard follows the namespace's (ownerguard.Owner.RoutingHeader).
+		RoutingHeader: n.cfg.Header,
+	}
+}
+
+// canonLeases puts disjoint leases in the canonical order an owner keeps
+// them in: by end, adjacent ones of one generation merged, and the last
+// merged into the first where they meet across zero.
+func canonLeases(ls []lease.Lease) []lease.Lease {
+	if len(ls) == 0 {
+		return nil
+	}
+	slices.SortFunc(ls, func(a, b lease.Lease) int {
+		switch {
+		case a.Range.End < b.Range.End:
+			return -1
+		case a.Range.End > b.Range.End:
+			return 1
+		}
+		return 0
+	})
+	out := ls[:0]
+	for _, l := range ls {
+		out = appendLease(out, l)
+	}
+	return mergeWrap(out)
+}
+
+// appendLease appends l, merging it into the previous lease when they are
+// adjacent with the same generation.
+func appendLease(ls []lease.Lease, l lease.Lease) []lease.Lease {
+	if k := len(ls) - 1; k >= 0 && ls[k].Gen == l.Gen && ls[k].Range.End == l.Range.Start {
+		ls[k].Range.End = l.Range.End
+		return ls
+	}
+	return append(ls, l)
+}
+
+// mergeWrap joins the last and first leases when they meet across zero.
+func mergeWrap(ls []lease.Lease) []lease.Lease {
+	if k := len(ls) - 1; k > 0 && ls[k].Gen == ls[0].Gen && ls[k].Range.End == ls[0].Range.Start {
+		ls[0].Range.Start = ls[k].Range.Start
+		ls = ls[:k]
+	}
+	if len(ls) == 1 && ls[0].Range.Start == ls[0].Range.End {
+		ls[0].Range = ring.Full()
+	}
+	return ls
+}
+
+func (n *namespace) nextDeadline() time.Time {
+	n.settle()
+	var d time.Time
+	if at, ok := n.deadlines.next(); ok {
+		d = time.Unix(0, at)
+	}
+	if t := n.log.nextTruncation(n.m.cfg.LogRetention); !t.IsZero() && (d.IsZero() || t.Before(d)) {
+		d = t
+	}
+	return d
+}
