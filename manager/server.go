@@ -88,7 +88,13 @@ func (s *Server) Start(register func(*grpc.Server)) (err error) {
 	if s.cfg.Logger.Handler() == slog.DiscardHandler {
 		hlog = hclog.NewNullLogger()
 	}
-	if s.trans, err = raft.NewTCPTransportWithLogger(s.cfg.RaftAddr, nil, 3, 5*time.Second, hlog); err != nil {
+	var adv net.Addr
+	if a := s.cfg.AdvertiseRaftAddr; a != "" {
+		if adv, err = net.ResolveTCPAddr("tcp", a); err != nil {
+			return fmt.Errorf("manager: raft advertise address: %w", err)
+		}
+	}
+	if s.trans, err = raft.NewTCPTransportWithLogger(s.cfg.RaftAddr, adv, 3, 5*time.Second, hlog); err != nil {
 		return fmt.Errorf("manager: raft transport: %w", err)
 	}
 	if s.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(s.cfg.DataDir, "raft.db")}); err != nil {
@@ -315,7 +321,7 @@ func (s *Server) becomeLeader() error {
 	if err := s.raft.Barrier(10 * time.Second).Error(); err != nil {
 		return err
 	}
-	_, g, h := s.Addrs()
+	_, g, h := s.advertised()
 	me := NodeInfo{ID: s.cfg.NodeID, GRPCAddr: g, HTTPAddr: h}
 	if n, ok := s.fsm.node(me.ID); !ok || n != me {
 		if err := s.apply(command{Op: "node", Node: &me}); err != nil {
@@ -387,10 +393,23 @@ func (s *Server) apply(c command) error {
 	return nil
 }
 
+// advertised returns the addresses other members and clients are told:
+// the Advertise*Addr settings, else the bound ones.
+func (s *Server) advertised() (raftAddr, grpcAddr, httpAddr string) {
+	raftAddr, grpcAddr, httpAddr = s.Addrs() // raft's LocalAddr is already its advertised one
+	if s.cfg.AdvertiseGRPCAddr != "" {
+		grpcAddr = s.cfg.AdvertiseGRPCAddr
+	}
+	if s.cfg.AdvertiseHTTPAddr != "" {
+		httpAddr = s.cfg.AdvertiseHTTPAddr
+	}
+	return
+}
+
 // joinLoop asks a running member to add this node as a voter, retrying
 // until it is in.
 func (s *Server) joinLoop() {
-	r, g, h := s.Addrs()
+	r, g, h := s.advertised()
 	body, _ := json.Marshal(joinRequest{ID: s.cfg.NodeID, RaftAddr: r, GRPCAddr: g, HTTPAddr: h})
 	backoff := 100 * time.Millisecond
 	for {

@@ -61,6 +61,10 @@ type ServerConfig struct {
 	RaftAddr string // raft transport (default 127.0.0.1:7400)
 	GRPCAddr string // owner protocol and xDS (default 127.0.0.1:7401)
 	HTTPAddr string // admin API, /metrics, /healthz (default 127.0.0.1:7402)
+	// Advertise*Addr, when set, are the addresses the other members and
+	// clients are told to use instead of the bound ones (a NAT, a
+	// Kubernetes Service, or the fault harness's relays).
+	AdvertiseRaftAddr, AdvertiseGRPCAddr, AdvertiseHTTPAddr string
 	// Join is the admin HTTP address of a running member; empty means
 	// bootstrap a single-node cluster when there is no state yet.
 	Join string

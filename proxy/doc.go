@@ -44,6 +44,16 @@
 // once, never a second copy. A non-idempotent request sent on a pooled
 // connection that the owner had just closed falls in that last case too.
 //
+// When the table no longer names an owner at all (its leases expired: it
+// crashed, is paused or is cut off from the managers), the proxy closes
+// each connection to it on which a request has waited AbandonGrace (250
+// ms) for an answer, so requests waiting on it do not wait out
+// UpstreamTimeout: an idempotent one is retried at once on the key's new
+// owner, any other gets 502. An owner that is answering is left to finish. With the default lease (T = 8 s, held T·65/60)
+// and retry budget (10 s), a request that reached a crashed or paused owner
+// is served by the key's next owner within the budget. An owner that only
+// lost some ranges stays: it is alive and answers 421 for the keys it lost.
+//
 // # Limits and operations
 //
 // ReadTimeout bounds reading a whole request from its first byte, so a

@@ -39,6 +39,7 @@ type counters struct {
 	responses                        [6]atomic.Uint64
 	attempts, retries, misroutes     atomic.Uint64
 	refused, upstreamErrors, giveUps atomic.Uint64
+	abandoned                        atomic.Uint64
 }
 
 // status counts a response.
@@ -71,6 +72,7 @@ func newMetrics(c *counters, healthy func() bool, owners func() int) *metrics {
 		counter("misroutes_total", "421 Misdirected Request answers from owners.", &c.misroutes, nil),
 		counter("refused_total", "Attempts that never reached an owner (connection failed, no free connection).", &c.refused, nil),
 		counter("upstream_errors_total", "Attempts that failed after the request may have been sent.", &c.upstreamErrors, nil),
+		counter("abandoned_connections_total", "Connections to owners that left the lease table, closed with any attempt waiting on them.", &c.abandoned, nil),
 		counter("give_ups_total", "Requests answered 503 or 502 after the retry budget ran out.", &c.giveUps, nil),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fuge_proxy_healthy", Help: "1 when the balancer has a table."},
 			func() float64 {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
@@ -32,6 +33,92 @@ type owner struct {
 	addr    string
 	hc      *fasthttp.HostClient
 	latency prometheus.Observer
+	conns   connSet // every open connection, idle or carrying a request
+}
+
+// connSet tracks an owner's open connections, so that the proxy can abandon
+// the requests waiting on an owner that left the lease table.
+type connSet struct {
+	mu sync.Mutex
+	m  map[*trackedConn]struct{}
+}
+
+// trackedConn removes itself from its set when closed, and records when it
+// last wrote and read (nanoseconds since the set's epoch), so that a request
+// waiting for its answer can be told from an idle or busy-answering one.
+type trackedConn struct {
+	net.Conn
+	set             *connSet
+	once            sync.Once
+	wrote, readTime atomic.Int64
+}
+
+func (c *trackedConn) Write(b []byte) (int, error) {
+	c.wrote.Store(int64(time.Since(epoch)))
+	return c.Conn.Write(b)
+}
+
+func (c *trackedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.readTime.Store(int64(time.Since(epoch)))
+	}
+	return n, err
+}
+
+// waiting reports whether c sent a request at least grace ago and has read
+// nothing since.
+func (c *trackedConn) waiting(grace time.Duration) bool {
+	w := c.wrote.Load()
+	return w > c.readTime.Load() && time.Duration(int64(time.Since(epoch))-w) >= grace
+}
+
+// epoch is the base of trackedConn's times.
+var epoch = time.Now()
+
+// AbandonGrace is how long a request must have waited for its answer from
+// an owner that left the lease table before the proxy abandons it: an owner
+// that is answering (421 for a key it lost, or the last requests of a
+// drain) is left to finish.
+const AbandonGrace = 250 * time.Millisecond
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.set.mu.Lock()
+		delete(c.set.m, c)
+		c.set.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+func (s *connSet) add(c net.Conn) net.Conn {
+	t := &trackedConn{Conn: c, set: s}
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = map[*trackedConn]struct{}{}
+	}
+	s.m[t] = struct{}{}
+	s.mu.Unlock()
+	return t
+}
+
+// closeWaiting closes the connections whose request has waited at least
+// grace for an answer: the attempt fails at once (and is retried if
+// idempotent). It returns how many it closed and how many remain open.
+func (s *connSet) closeWaiting(grace time.Duration) (closed, open int) {
+	s.mu.Lock()
+	var cs []*trackedConn
+	for c := range s.m {
+		if c.waiting(grace) {
+			cs = append(cs, c)
+		}
+	}
+	open = len(s.m) - len(cs)
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+	return len(cs), open
 }
 
 // owners maps addresses to pools. Requests read an immutable map through an
@@ -72,9 +159,10 @@ func (o *owners) get(addr string) *owner {
 }
 
 // retain drops the pools of addresses not in keep, closing their idle
-// connections. A request still using a dropped pool finishes; its
-// connection is closed when it idles out.
-func (o *owners) retain(keep []string) {
+// connections, and returns them. The table no longer sends any key there,
+// so a request still waiting on such an owner (paused, wedged, cut off)
+// waits for nothing: abandonWaiting ends it.
+func (o *owners) retain(keep []string) []*owner {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	old := *o.m.Load()
@@ -88,12 +176,33 @@ func (o *owners) retain(keep []string) {
 		}
 	}
 	if len(gone) == 0 {
-		return
+		return nil
 	}
 	o.m.Store(&m)
 	for _, c := range gone {
 		c.hc.CloseIdleConnections()
 		o.remove(c)
+	}
+	return gone
+}
+
+// abandonWaiting watches the connections of an owner that left the table
+// until none is open or stop closes, every AbandonGrace closing those whose
+// request has waited AbandonGrace for an answer, and counts them in n.
+func abandonWaiting(o *owner, n *atomic.Uint64, stop <-chan struct{}) {
+	t := time.NewTicker(AbandonGrace / 2)
+	defer t.Stop()
+	for {
+		closed, open := o.conns.closeWaiting(AbandonGrace)
+		n.Add(uint64(closed))
+		if open == 0 {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-stop:
+			return
+		}
 	}
 }
 
@@ -109,7 +218,7 @@ func (o *owners) len() int { return len(*o.m.Load()) }
 
 // newHostClient returns the pool to one owner. The proxy does its own
 // retries, so the client makes one attempt per call.
-func (p *Proxy) newHostClient(addr string) *fasthttp.HostClient {
+func (p *Proxy) newHostClient(addr string, conns *connSet) *fasthttp.HostClient {
 	dial := p.cfg.Dial
 	if dial == nil {
 		d := &net.Dialer{Timeout: p.cfg.DialTimeout}
@@ -122,7 +231,7 @@ func (p *Proxy) newHostClient(addr string) *fasthttp.HostClient {
 			if err != nil {
 				return nil, &dialError{err}
 			}
-			return c, nil
+			return conns.add(c), nil
 		},
 		MaxConns:                  p.cfg.MaxConnsPerOwner,
 		MaxConnWaitTimeout:        p.cfg.RetryBudget,

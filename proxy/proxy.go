@@ -81,7 +81,9 @@ func New(cfg Config) (*Proxy, error) {
 	p.m = newMetrics(&p.c, p.Healthy, func() int { return p.owners.len() })
 	p.owners = newOwners(
 		func(addr string) *owner {
-			return &owner{addr: addr, hc: p.newHostClient(addr), latency: p.m.latency.WithLabelValues(addr)}
+			o := &owner{addr: addr, latency: p.m.latency.WithLabelValues(addr)}
+			o.hc = p.newHostClient(addr, &o.conns)
+			return o
 		},
 		func(o *owner) { p.m.latency.DeleteLabelValues(o.addr) },
 	)
@@ -292,7 +294,8 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 }
 
 // watchOwners drops the pools of owners that left, after each update of a
-// balancer that lists its addresses.
+// balancer that lists its addresses, abandoning the attempts that wait on
+// them (owners.retain).
 func (p *Proxy) watchOwners() {
 	defer close(p.watchDone)
 	type lister interface{ Addrs() []string }
@@ -316,7 +319,9 @@ func (p *Proxy) watchOwners() {
 		for _, l := range ls {
 			keep = append(keep, l.Addrs()...)
 		}
-		p.owners.retain(keep)
+		for _, o := range p.owners.retain(keep) {
+			go abandonWaiting(o, &p.c.abandoned, p.stop)
+		}
 		select {
 		case <-upd:
 		case <-fupd:

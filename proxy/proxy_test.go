@@ -165,6 +165,58 @@ func TestRetryAfterTableChange(t *testing.T) {
 	}
 }
 
+// TestAbandonWhenOwnerLeavesTable: a GET waits on an owner that does not
+// answer (a paused process); when the table drops that owner and moves the
+// key, the proxy abandons the attempt and the retry reaches the new owner,
+// long before the upstream timeout. A PUT is idempotent too; a POST on the
+// same wedged owner gets 502, never a second copy.
+func TestAbandonWhenOwnerLeavesTable(t *testing.T) {
+	for _, tc := range []struct {
+		method string
+		want   int
+		body   string
+	}{{"GET", 200, "next"}, {"PUT", 200, "next"}, {"POST", 502, msgBadGateway}} {
+		t.Run(tc.method, func(t *testing.T) {
+			arrived := make(chan struct{}, 1)
+			release := make(chan struct{})
+			defer close(release)
+			wedged := startOwner(t, "wedged", func(ctx *fasthttp.RequestCtx) {
+				arrived <- struct{}{}
+				<-release
+			})
+			next := startOwner(t, "next", nil)
+			bal := newFakeBalancer(to(wedged.addr, 1), wedged.addr)
+			p := startProxy(t, func(c *Config) {
+				c.Balancer = bal
+				c.UpstreamTimeout = time.Hour
+				c.RetryBudget = time.Hour
+			})
+			c := newClient(t)
+			type result struct {
+				code int
+				body string
+			}
+			done := make(chan result, 1)
+			go func() {
+				resp, body := do(t, c, tc.method, "http://"+p.Addr().String()+"/x", "payload", DefaultHeader, "k")
+				done <- result{resp.StatusCode, body}
+			}()
+			recv(t, "the request at the wedged owner", arrived)
+			bal.set(to(next.addr, 2), next.addr)
+			r := recv(t, "the response", done)
+			if r.code != tc.want || r.body != tc.body {
+				t.Fatalf("got %d %q, want %d %q", r.code, r.body, tc.want, tc.body)
+			}
+			if wedged.hits.Load() != 1 {
+				t.Fatalf("the wedged owner got %d copies", wedged.hits.Load())
+			}
+			if got := p.c.abandoned.Load(); got == 0 {
+				t.Fatal("no connection counted as abandoned")
+			}
+		})
+	}
+}
+
 // TestGiveUp: an owner that always answers 421 makes the proxy back off and
 // retry until the budget, then answer 503.
 func TestGiveUp(t *testing.T) {

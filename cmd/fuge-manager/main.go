@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fuge-project/fuge/cmd/fuge-manager/internal/config"
+	"github.com/fuge-project/fuge/internal/clientshell"
 	"github.com/fuge-project/fuge/manager"
 	"github.com/fuge-project/fuge/xds"
 )
@@ -58,6 +59,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	cfg := c.Server
 	cfg.Logger = log
+	if c.ClockRate != 1 {
+		cfg.Clock = clientshell.NewRateClock(c.ClockRate)
+		log.Warn("the lease clock runs at a test rate", "rate", c.ClockRate)
+	}
 	// The lease table gates lookup streams on leadership, so it needs the
 	// server, which needs the table as its observer. The gate is only called
 	// from streams the server serves, after Start, when server is set.

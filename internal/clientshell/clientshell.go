@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Upcalls is a queue of upcalls made in order, one at a time, on a goroutine
@@ -156,3 +158,32 @@ func (c MonoClock) Now() time.Time { return c.base.Add(time.Since(c.base)) }
 // monotonic read, no wall-clock read) but without building a time.Time:
 // the ownership checks call it on every request.
 func (c MonoClock) UnixNano() int64 { return c.baseNano + int64(time.Since(c.base)) }
+
+// RateClock is a clock that runs at Rate times real time from its start
+// (0 freezes it): fault testing injects clock-rate faults through it. The
+// lease protocol assumes every party's clock runs within 60:65 of the
+// others'; a RateClock outside that breaks the assumption on purpose.
+type RateClock struct {
+	start time.Time // real, with a monotonic reading
+	rate  float64
+}
+
+// NewRateClock returns a RateClock at rate, starting now.
+func NewRateClock(rate float64) RateClock { return RateClock{start: time.Now(), rate: rate} }
+
+// Now returns start + rate · (real time since start), with a monotonic
+// reading so that durations between its readings are exact.
+func (c RateClock) Now() time.Time {
+	return c.start.Add(time.Duration(float64(time.Since(c.start)) * c.rate))
+}
+
+// SystemMonotonic returns CLOCK_MONOTONIC in nanoseconds: one clock that
+// every process on the machine shares and that never steps, unlike the wall
+// clock. Fault-testing histories written by several processes use it.
+func SystemMonotonic() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(err) // never on Linux
+	}
+	return ts.Nano()
+}

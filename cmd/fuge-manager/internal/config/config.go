@@ -35,6 +35,9 @@ type Config struct {
 	// EnvoyListener is the host:port of the Listener the manager's xDS
 	// server gives Envoy nodes (xds.LeaseTableConfig.EnvoyListener).
 	EnvoyListener string
+	// ClockRate is the lease clock's rate of real time (--clock-rate, for
+	// fault testing); 1 is real time.
+	ClockRate float64
 	// File is the YAML file that was read, or empty.
 	File string
 }
@@ -67,6 +70,15 @@ func settings() []setting {
 		{flag: "http-addr", env: "FUGE_HTTP_ADDR", key: "http_addr", arg: "HOST:PORT", def: "127.0.0.1:7402",
 			usage: "HTTP address: admin API (fugectl), /metrics, /healthz, /readyz",
 			set:   func(c *Config, v string) error { return hostPort(&c.Server.HTTPAddr, v) }},
+		{flag: "advertise-raft-addr", env: "FUGE_ADVERTISE_RAFT_ADDR", key: "advertise_raft_addr", arg: "HOST:PORT", def: "raft-addr",
+			usage: "raft address the other members are told, when not the bound one (NAT, relay)",
+			set:   func(c *Config, v string) error { return optHostPort(&c.Server.AdvertiseRaftAddr, v) }},
+		{flag: "advertise-grpc-addr", env: "FUGE_ADVERTISE_GRPC_ADDR", key: "advertise_grpc_addr", arg: "HOST:PORT", def: "grpc-addr",
+			usage: "gRPC address owners and lookups are sent to when this node leads",
+			set:   func(c *Config, v string) error { return optHostPort(&c.Server.AdvertiseGRPCAddr, v) }},
+		{flag: "advertise-http-addr", env: "FUGE_ADVERTISE_HTTP_ADDR", key: "advertise_http_addr", arg: "HOST:PORT", def: "http-addr",
+			usage: "admin HTTP address the other members are told",
+			set:   func(c *Config, v string) error { return optHostPort(&c.Server.AdvertiseHTTPAddr, v) }},
 		{flag: "join", env: "FUGE_JOIN", key: "join", arg: "HOST:PORT", def: "none: bootstrap a single-node cluster",
 			usage: "admin HTTP address of a running member to join",
 			set: func(c *Config, v string) error {
@@ -79,6 +91,29 @@ func settings() []setting {
 		{flag: "lease-duration", env: "FUGE_LEASE_DURATION", key: "lease_duration", arg: "DURATION", def: "8s",
 			usage: "owner lease T of namespaces that set none; the manager holds T·65/60",
 			set:   func(c *Config, v string) error { return duration(&c.Server.LeaseDuration, v) }},
+		{flag: "raft-timeout", env: "FUGE_RAFT_TIMEOUT", key: "raft_timeout", arg: "DURATION", def: "1s (hashicorp/raft's)",
+			usage: "raft heartbeat and election timeout; the leader lease is half of it",
+			set: func(c *Config, v string) error {
+				var d time.Duration
+				if err := duration(&d, v); err != nil {
+					return err
+				}
+				if d < 10*time.Millisecond {
+					return fmt.Errorf("%v is under 10ms", d)
+				}
+				c.Server.RaftHeartbeatTimeout, c.Server.RaftElectionTimeout, c.Server.RaftLeaderLeaseTimeout = d, d, d/2
+				return nil
+			}},
+		{flag: "clock-rate", env: "FUGE_CLOCK_RATE", key: "clock_rate", arg: "RATE", def: "1",
+			usage: "for fault testing only: run the lease clock at RATE times real time (0 freezes it);\n\tthe guarantee assumes rates within 60:65 of the owners'",
+			set: func(c *Config, v string) error {
+				r, err := strconv.ParseFloat(v, 64)
+				if err != nil || r < 0 || r > 10 {
+					return fmt.Errorf("want a rate from 0 to 10")
+				}
+				c.ClockRate = r
+				return nil
+			}},
 		{flag: "log-retention", env: "FUGE_LOG_RETENTION", key: "log_retention", arg: "DURATION", def: "5m",
 			usage: "how long the change log keeps a change for reconnecting lookups",
 			set:   func(c *Config, v string) error { return duration(&c.Server.LogRetention, v) }},
@@ -141,7 +176,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("unexpected argument %q (fuge-manager takes only flags)", fs.Arg(0))
 	}
 
-	c := Config{Server: manager.DefaultServerConfig(), LogLevel: slog.LevelInfo, EnvoyListener: DefaultEnvoyListener}
+	c := Config{Server: manager.DefaultServerConfig(), LogLevel: slog.LevelInfo, EnvoyListener: DefaultEnvoyListener, ClockRate: 1}
 	c.Server.Namespaces = []manager.NamespaceConfig{{Name: "default", RingSize: 4096}}
 
 	if file == "" {
@@ -257,6 +292,15 @@ func hostPort(dst *string, v string) error {
 	}
 	*dst = v
 	return nil
+}
+
+// optHostPort is hostPort where an empty value means unset.
+func optHostPort(dst *string, v string) error {
+	if v == "" {
+		*dst = ""
+		return nil
+	}
+	return hostPort(dst, v)
 }
 
 func duration(dst *time.Duration, v string) error {

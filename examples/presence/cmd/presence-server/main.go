@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/fuge-project/fuge/examples/presence"
+	"github.com/fuge-project/fuge/internal/clientshell"
 	"github.com/fuge-project/fuge/ownerguard"
 	"github.com/fuge-project/fuge/ring"
 )
@@ -39,6 +40,8 @@ func run(args []string) int {
 	managers := fs.String("managers", "127.0.0.1:7401", "comma-separated gRPC addresses of the managers")
 	namespace := fs.String("namespace", "default", "the namespace (pool) to join")
 	leaseDur := fs.Duration("lease-duration", ownerguard.DefaultLeaseDuration, "lease T; must equal the namespace's")
+	history := fs.String("history", "", "for fault testing: append one line per answered request to this file\n(CLOCK_MONOTONIC ns inside the lease check, device id, generation, status)")
+	clockRate := fs.Float64("clock-rate", 1, "for fault testing only: run the lease clock at this rate of real time (0 freezes it)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -46,15 +49,30 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "presence-server: --name is required and there are no arguments")
 		return 2
 	}
+	if *clockRate < 0 || *clockRate > 10 {
+		fmt.Fprintln(os.Stderr, "presence-server: --clock-rate must be from 0 to 10")
+		return 2
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("server", *name)
-	if err := serve(log, *name, *listen, strings.Split(*managers, ","), *namespace, *leaseDur); err != nil {
+	opts := options{history: *history}
+	if *clockRate != 1 {
+		opts.clock = clientshell.NewRateClock(*clockRate)
+		log.Warn("the lease clock runs at a test rate", "rate", *clockRate)
+	}
+	if err := serve(log, *name, *listen, strings.Split(*managers, ","), *namespace, *leaseDur, opts); err != nil {
 		log.Error("presence-server failed", "err", err)
 		return 1
 	}
 	return 0
 }
 
-func serve(log *slog.Logger, name, listen string, managers []string, ns string, leaseDur time.Duration) error {
+// options are the fault-testing settings.
+type options struct {
+	history string           // file to append served requests to
+	clock   ownerguard.Clock // nil: the default clock
+}
+
+func serve(log *slog.Logger, name, listen string, managers []string, ns string, leaseDur time.Duration, opts options) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ln, err := net.Listen("tcp", listen)
@@ -64,7 +82,7 @@ func serve(log *slog.Logger, name, listen string, managers []string, ns string, 
 	var srv *presence.Server
 	owner, err := ownerguard.NewOwner(ownerguard.OwnerConfig{
 		Managers: managers, Namespace: ns, Name: name, Addr: ln.Addr().String(),
-		LeaseDuration: leaseDur, Logger: log,
+		LeaseDuration: leaseDur, Logger: log, Clock: opts.clock,
 		OnOwnership: func(granted, revoked []ring.Range) {
 			dropped := srv.Drop(revoked)
 			log.Info("ownership changed", "granted", len(granted), "revoked", len(revoked),
@@ -85,7 +103,20 @@ func serve(log *slog.Logger, name, listen string, managers []string, ns string, 
 		ln.Close()
 		return err
 	}
-	hs := &http.Server{Handler: guard.HTTP(srv), ReadHeaderTimeout: 10 * time.Second}
+	var h http.Handler
+	if opts.history != "" {
+		f, err := os.OpenFile(opts.history, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			ln.Close()
+			owner.Close()
+			return err
+		}
+		defer f.Close()
+		h = recordHistory(f, guard, srv)
+	} else {
+		h = guard.HTTP(srv)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "managers", strings.Join(managers, ","), "namespace", ns)
