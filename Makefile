@@ -36,6 +36,9 @@ bench: ## Run the benchmarks matching BENCH, with allocations
 bench-manager: ## Measure one manager under 500 owners + 2,000 lookups (PRS §7.1), steady and churn
 	go run ./bench/managerscale -memory-limit 176MiB
 
+chaos: ## Run the fault harness (real processes) for DURATION (2m) from SEED (1), or SCENARIOS once each
+	go run ./bench/chaos -seed '$(or $(strip $(SEED)),1)' -duration '$(or $(strip $(DURATION)),2m)' $(if $(strip $(SCENARIOS)),-scenarios '$(strip $(SCENARIOS))')
+
 sim: ## Run the simulator over SEEDS seeds, or replay SEED
 	SEEDS='$(strip $(SEEDS))' FIRST='$(strip $(FIRST))' SEED='$(strip $(SEED))' scripts/sim.sh
 
@@ -52,4 +55,4 @@ clean: ## Remove ./bin and the Go test cache
 	rm -rf bin
 	go clean -testcache
 
-.PHONY: help test vet fmt fuzz bench bench-manager sim proto demo tidy clean
+.PHONY: help test vet fmt fuzz bench bench-manager chaos sim proto demo tidy clean

@@ -3,6 +3,7 @@ module github.com/fuge-project/fuge
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/cockroachdb/datadriven v1.0.3
 	github.com/envoyproxy/go-control-plane v0.14.0

@@ -1,5 +1,8 @@
-// Package bench will hold the harnesses that put the same in-memory pool behind
-// a round-robin balancer, HAProxy and Fuge side by side and print a table of
-// the results. Nothing imports it. It arrives with a later issue; nothing here
-// yet.
+// Package bench holds Fuge's harnesses, each a main package under it:
+//
+//   - chaos: the fault harness (make chaos), real processes on 127.0.0.1
+//     with faults injected from outside and checkers over the history;
+//   - managerscale: one manager under PRS's load (make bench-manager).
+//
+// Nothing imports it.
 package bench

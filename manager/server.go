@@ -358,6 +358,7 @@ func (s *Server) coreConfig() Config {
 	c.LeaseDuration = s.cfg.LeaseDuration
 	c.LogRetention = s.cfg.LogRetention
 	c.RaceBackoffMin, c.RaceBackoffMax = s.cfg.LeaseDuration/600, s.cfg.LeaseDuration/60
+	c.UnsafeReplace = s.cfg.UnsafeReplace
 	return c
 }
 

@@ -81,6 +81,10 @@ type ServerConfig struct {
 
 	MaxMessageBytes int // gRPC message limit (default 4 MiB)
 
+	// UnsafeReplace is Config.UnsafeReplace: only for the fault harness's
+	// negative control. It breaks the single-copy guarantee.
+	UnsafeReplace bool
+
 	Logger   *slog.Logger // default: discard
 	Clock    Clock        // default: the wall clock
 	Observer Observer     // optional: the lease table's xDS publisher

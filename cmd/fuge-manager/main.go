@@ -24,6 +24,13 @@ import (
 	"github.com/fuge-project/fuge/xds"
 )
 
+// UnsafeReplaceEnv, set to UnsafeReplaceValue, plants the bug of issue 10
+// (manager.Config.UnsafeReplace) for the fault harness's negative control.
+const (
+	UnsafeReplaceEnv   = "FUGE_UNSAFE_REPLACE_INCARNATION"
+	UnsafeReplaceValue = "break-single-copy"
+)
+
 // stopTimeout bounds a clean stop, which hands leadership to another voter.
 const stopTimeout = 10 * time.Second
 
@@ -59,6 +66,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	cfg := c.Server
 	cfg.Logger = log
+	// The fault harness's negative control (bench/chaos): not a setting.
+	if getenv(UnsafeReplaceEnv) == UnsafeReplaceValue {
+		cfg.UnsafeReplace = true
+		log.Warn("UNSAFE: a new incarnation of an owner name takes over at once; single copy is broken", "env", UnsafeReplaceEnv)
+	}
 	if c.ClockRate != 1 {
 		cfg.Clock = clientshell.NewRateClock(c.ClockRate)
 		log.Warn("the lease clock runs at a test rate", "rate", c.ClockRate)
