@@ -2,15 +2,20 @@ package manager
 
 import (
 	"bytes"
+	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/fuge-project/fuge/lease"
 )
 
 // maxAdminBody bounds an admin request body.
@@ -24,19 +29,22 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", s.metrics.handler())
-	// Profiles for operators, on the admin address (loopback by default).
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	// Profiles for operators, only when asked for (ServerConfig.Pprof), and
+	// then only for admins.
+	if s.cfg.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", s.admin(pprof.Index))
+		mux.HandleFunc("GET /debug/pprof/profile", s.admin(pprof.Profile))
+	}
 	mux.HandleFunc("GET /v1/cluster", s.getCluster)
-	mux.HandleFunc("POST /v1/cluster/join", s.leaderOnly(s.postJoin))
+	mux.HandleFunc("POST /v1/cluster/join", s.admin(s.leaderOnly(s.postJoin)))
 	mux.HandleFunc("GET /v1/namespaces", s.leaderOnly(s.getNamespaces))
-	mux.HandleFunc("POST /v1/namespaces", s.leaderOnly(s.postNamespace))
-	mux.HandleFunc("DELETE /v1/namespaces/{ns}", s.leaderOnly(s.deleteNamespace))
+	mux.HandleFunc("POST /v1/namespaces", s.admin(s.leaderOnly(s.postNamespace)))
+	mux.HandleFunc("DELETE /v1/namespaces/{ns}", s.admin(s.leaderOnly(s.deleteNamespace)))
 	mux.HandleFunc("GET /v1/namespaces/{ns}/ring", s.leaderOnly(s.getRing))
 	mux.HandleFunc("GET /v1/namespaces/{ns}/leases", s.leaderOnly(s.getLeases))
 	mux.HandleFunc("GET /v1/namespaces/{ns}/owners", s.leaderOnly(s.getOwners))
 	mux.HandleFunc("GET /v1/namespaces/{ns}/view", s.leaderOnly(s.getView))
-	mux.HandleFunc("POST /v1/namespaces/{ns}/owners/{name}/drain", s.leaderOnly(s.postDrain))
+	mux.HandleFunc("POST /v1/namespaces/{ns}/owners/{name}/drain", s.admin(s.leaderOnly(s.postDrain)))
 	return mux
 }
 
@@ -59,12 +67,29 @@ func writeErr(w http.ResponseWriter, err error) {
 		code = http.StatusBadRequest
 	case errors.Is(err, ErrUnknownNamespace), errors.Is(err, ErrUnknownOwner):
 		code = http.StatusNotFound
-	case errors.Is(err, ErrNamespaceExists):
+	case errors.Is(err, ErrNamespaceExists), errors.Is(err, ErrJoinRefused):
 		code = http.StatusConflict
 	case errors.Is(err, ErrNotLeader):
 		code = http.StatusServiceUnavailable
 	}
 	writeJSON(w, code, apiError{Error: err.Error()})
+}
+
+// admin runs h only for a request that carries the admin token
+// (ServerConfig.AdminToken) as "Authorization: Bearer <token>", when one
+// is set; others get 401 and change nothing.
+func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if tok := s.cfg.AdminToken; tok != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="fuge-manager"`)
+				writeJSON(w, http.StatusUnauthorized, apiError{Error: "manager: this request needs the admin token (Authorization: Bearer, fugectl --token-file)"})
+				return
+			}
+		}
+		h(w, r)
+	}
 }
 
 // leaderOnly runs h with the leader's core, redirects from a standby, and
@@ -94,6 +119,9 @@ func decodeBody(r *http.Request, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: body: %w", ErrBadRequest, err)
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: body: trailing data after the JSON value", ErrBadRequest)
+	}
 	return nil
 }
 
@@ -107,6 +135,7 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 
 type clusterJSON struct {
 	NodeID      string       `json:"node_id"`
+	RaftAddr    string       `json:"raft_addr"` // this node's, as advertised
 	Role        string       `json:"role"`
 	LeaderID    string       `json:"leader_id"`
 	LeaderGRPC  string       `json:"leader_grpc"`
@@ -125,8 +154,9 @@ type serverJSON struct {
 
 func (s *Server) getCluster(w http.ResponseWriter, _ *http.Request) {
 	id, g, h := s.Leader()
+	advRaft, _, _ := s.advertised()
 	c := clusterJSON{
-		NodeID: s.cfg.NodeID, Role: roleName(s.raft.State()),
+		NodeID: s.cfg.NodeID, RaftAddr: advRaft, Role: roleName(s.raft.State()),
 		LeaderID: id, LeaderGRPC: g, LeaderHTTP: h,
 		Term: s.raft.CurrentTerm(), LastIndex: s.raft.LastIndex(), CommitIndex: s.raft.AppliedIndex(),
 		Servers: []serverJSON{},
@@ -164,8 +194,8 @@ func (s *Server) postJoin(w http.ResponseWriter, r *http.Request, _ *leaderState
 		writeErr(w, err)
 		return
 	}
-	if j.ID == "" || j.RaftAddr == "" {
-		writeErr(w, fmt.Errorf("%w: id and raft_addr are required", ErrBadRequest))
+	if err := s.checkJoin(r.Context(), j); err != nil {
+		writeErr(w, err)
 		return
 	}
 	if err := s.raft.AddVoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, 10*time.Second).Error(); err != nil {
@@ -179,9 +209,95 @@ func (s *Server) postJoin(w http.ResponseWriter, r *http.Request, _ *leaderState
 	writeJSON(w, http.StatusOK, j)
 }
 
-// postJSON posts body to http://addr+path, following redirects.
-func postJSON(addr, path string, body []byte) error {
-	resp, err := http.Post("http://"+addr+path, "application/json", bytes.NewReader(body))
+// ErrJoinRefused is a join the leader will not apply.
+var ErrJoinRefused = errors.New("manager: join refused")
+
+// checkJoin validates a join before raft sees it. A member rejoining under
+// its own id and raft address is accepted (a restart); a join that would
+// change a member's address, reuse another member's raft address, or name
+// a node that does not answer for that id and raft address at its own admin
+// address is refused. A made-up voter would cost the cluster its quorum.
+func (s *Server) checkJoin(ctx context.Context, j joinRequest) error {
+	if s.cfg.UnsafeNoInputChecks {
+		if j.ID == "" || j.RaftAddr == "" {
+			return fmt.Errorf("%w: id and raft_addr are required", ErrBadRequest)
+		}
+		return nil
+	}
+	if err := lease.ValidName("id", j.ID); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	for _, a := range []struct{ what, v string }{{"raft_addr", j.RaftAddr}, {"grpc_addr", j.GRPCAddr}, {"http_addr", j.HTTPAddr}} {
+		if err := lease.ValidAddr(a.what, a.v); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+	}
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	for _, sv := range f.Configuration().Servers {
+		switch {
+		case string(sv.ID) == j.ID && string(sv.Address) != j.RaftAddr:
+			return fmt.Errorf("%w: %q is a member at %s; remove it before it joins from %s", ErrJoinRefused, j.ID, sv.Address, j.RaftAddr)
+		case string(sv.ID) != j.ID && string(sv.Address) == j.RaftAddr:
+			return fmt.Errorf("%w: raft address %s is member %q's", ErrJoinRefused, j.RaftAddr, sv.ID)
+		case string(sv.ID) == j.ID:
+			if n, ok := s.fsm.node(j.ID); ok && (n.GRPCAddr != j.GRPCAddr || n.HTTPAddr != j.HTTPAddr) {
+				return fmt.Errorf("%w: %q is a member with gRPC %s and HTTP %s; remove it before it changes them",
+					ErrJoinRefused, j.ID, n.GRPCAddr, n.HTTPAddr)
+			}
+		}
+	}
+	// The node must answer for itself: its admin API names its id and raft
+	// address.
+	cctx, cancel := context.WithTimeout(ctx, joinProbeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+j.HTTPAddr+"/v1/cluster", nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: node %q does not answer at %s: %w", ErrJoinRefused, j.ID, j.HTTPAddr, err)
+	}
+	defer resp.Body.Close()
+	var c clusterJSON
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxAdminBody)).Decode(&c); err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%w: %s does not answer as a fuge-manager (%s)", ErrJoinRefused, j.HTTPAddr, resp.Status)
+	}
+	if c.NodeID != j.ID || c.RaftAddr != j.RaftAddr {
+		return fmt.Errorf("%w: the node at %s is %q with raft address %s, not %q at %s",
+			ErrJoinRefused, j.HTTPAddr, c.NodeID, c.RaftAddr, j.ID, j.RaftAddr)
+	}
+	return nil
+}
+
+// joinProbeTimeout bounds the leader's call to a joining node.
+const joinProbeTimeout = 3 * time.Second
+
+// postJSON posts body to http://addr+path with the admin token, if any,
+// following redirects to the leader (with the token: the leader is another
+// member of the same cluster).
+func postJSON(addr, path string, body []byte, token string) error {
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	c := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(r *http.Request, via []*http.Request) error {
+		if len(via) >= 5 {
+			return errors.New("too many redirects")
+		}
+		if token != "" {
+			r.Header.Set("Authorization", "Bearer "+token)
+		}
+		return nil
+	}}
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}

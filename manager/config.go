@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/ring"
 )
 
@@ -60,6 +61,9 @@ type Config struct {
 	// until they expire. Only for the simulator's negative controls: it
 	// breaks the single-copy guarantee when the predecessor still runs.
 	UnsafeReplace bool
+	// UnsafeNoBounds accepts requests listing more ranges than the ring has
+	// arcs. Only for the hostile-client tests' negative controls.
+	UnsafeNoBounds bool
 }
 
 // DefaultConfig returns the documented defaults (with Nonce 1).
@@ -110,6 +114,9 @@ func (nc *NamespaceConfig) defaults(c Config) error {
 	if nc.Name == "" {
 		return fmt.Errorf("%w: namespace name is empty", ErrBadRequest)
 	}
+	if err := lease.ValidName("namespace name", nc.Name); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
 	if nc.RingSize == 0 {
 		nc.RingSize = 4096
 	}
@@ -124,6 +131,12 @@ func (nc *NamespaceConfig) defaults(c Config) error {
 	}
 	if nc.LeaseDuration < 0 {
 		return fmt.Errorf("%w: namespace %q: negative lease duration", ErrBadRequest, nc.Name)
+	}
+	if err := lease.ValidHeaderName("header", nc.Header); err != nil {
+		return fmt.Errorf("%w: namespace %q: %w", ErrBadRequest, nc.Name, err)
+	}
+	if err := lease.ValidLeaseDuration("lease duration", nc.LeaseDuration); err != nil {
+		return fmt.Errorf("%w: namespace %q: %w", ErrBadRequest, nc.Name, err)
 	}
 	return nil
 }

@@ -216,10 +216,24 @@ func (n *namespace) arcsOf(s *session, fn func(i int)) {
 	}
 }
 
+// MaxRangesPerRing bounds the ranges one LeaseRequest may list (held,
+// refused or migrated), as a multiple of the namespace's ring size.
+const MaxRangesPerRing = 4
+
 // request handles one LeaseRequest (Centrifuge §2.3).
 func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, error) {
 	st := &n.m.stats
 	st.Requests++
+	// An owner's ranges are disjoint and end at entries of the present or
+	// an earlier ring, so an honest list stays within a small multiple of
+	// RingSize (the simulator saw 1.4·R while arcs were split between
+	// rings); a longer one is not an honest owner's, and would cost the
+	// leader in proportion to it.
+	if limit := MaxRangesPerRing * n.cfg.RingSize; !n.m.cfg.UnsafeNoBounds && (len(req.Held) > limit || len(req.Refused) > limit || len(req.Migrated) > limit) {
+		st.RefusedOversize++
+		return Output{}, fmt.Errorf("%w: %d held, %d refused and %d migrated ranges; namespace %q allows at most %d (%d × ring size)",
+			ErrBadRequest, len(req.Held), len(req.Refused), len(req.Migrated), n.cfg.Name, limit, MaxRangesPerRing)
+	}
 	filter := !n.m.cfg.DisableRaceFilter
 	s := n.sessions[req.Owner]
 	opening := false

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 
 	"google.golang.org/grpc/codes"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/fuge-project/fuge/api/fugev1"
 	"github.com/fuge-project/fuge/api/wire"
+	"github.com/fuge-project/fuge/lease"
 )
 
 // ownerService serves OwnerService.Lease on every node; only the leader
@@ -29,7 +31,7 @@ func (o *ownerService) Lease(stream fugev1.OwnerService_LeaseServer) error {
 	if err != nil {
 		return err
 	}
-	req, err := wire.RequestFrom(first)
+	req, err := s.requestFrom(first)
 	if err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -78,7 +80,7 @@ func (o *ownerService) Lease(stream fugev1.OwnerService_LeaseServer) error {
 				recvErr <- err
 				return
 			}
-			if req, err = wire.RequestFrom(m); err != nil {
+			if req, err = s.requestFrom(m); err != nil {
 				recvErr <- status.Error(codes.InvalidArgument, err.Error())
 				return
 			}
@@ -106,6 +108,26 @@ func (o *ownerService) Lease(stream fugev1.OwnerService_LeaseServer) error {
 			return s.CheckLeader(ctx) // replaced, or leadership ended
 		}
 	}
+}
+
+// requestFrom converts an owner request from the wire and checks every
+// field a client chose against its bound (lease.Valid*), before anything
+// else sees it: a refused request changes nothing.
+func (s *Server) requestFrom(m *fugev1.LeaseRequest) (lease.LeaseRequest, error) {
+	req, err := wire.RequestFrom(m)
+	if err != nil || s.cfg.UnsafeNoInputChecks {
+		return req, err
+	}
+	if err := lease.ValidName("namespace", req.Namespace); err != nil {
+		return req, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if err := lease.ValidName("owner", req.Owner); err != nil {
+		return req, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if err := lease.ValidAddr("addr", req.Addr); err != nil {
+		return req, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	return req, nil
 }
 
 func (o *ownerService) streamError(ctx context.Context, err error) error {

@@ -359,6 +359,7 @@ func (s *Server) coreConfig() Config {
 	c.LogRetention = s.cfg.LogRetention
 	c.RaceBackoffMin, c.RaceBackoffMax = s.cfg.LeaseDuration/600, s.cfg.LeaseDuration/60
 	c.UnsafeReplace = s.cfg.UnsafeReplace
+	c.UnsafeNoBounds = s.cfg.UnsafeNoInputChecks
 	return c
 }
 
@@ -414,7 +415,7 @@ func (s *Server) joinLoop() {
 	body, _ := json.Marshal(joinRequest{ID: s.cfg.NodeID, RaftAddr: r, GRPCAddr: g, HTTPAddr: h})
 	backoff := 100 * time.Millisecond
 	for {
-		err := postJSON(s.cfg.Join, "/v1/cluster/join", body)
+		err := postJSON(s.cfg.Join, "/v1/cluster/join", body, s.cfg.AdminToken)
 		if err == nil {
 			s.log.Info("joined", "via", s.cfg.Join)
 			return

@@ -81,6 +81,18 @@ type ServerConfig struct {
 
 	MaxMessageBytes int // gRPC message limit (default 4 MiB)
 
+	// AdminToken, when set, is required as "Authorization: Bearer <token>"
+	// on every admin write (namespace create and delete, drain, cluster
+	// join) and on /debug/pprof; a joining node sends it too.
+	AdminToken string
+	// Pprof serves /debug/pprof on the admin address (admins only).
+	Pprof bool
+
+	// UnsafeNoInputChecks switches off the bounds on owner requests and
+	// the checks on cluster joins: only for the hostile-client tests'
+	// negative controls.
+	UnsafeNoInputChecks bool
+
 	// UnsafeReplace is Config.UnsafeReplace: only for the fault harness's
 	// negative control. It breaks the single-copy guarantee.
 	UnsafeReplace bool

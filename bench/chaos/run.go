@@ -32,6 +32,8 @@ type Report struct {
 	Violations  []Violation
 	Gaps        []time.Duration
 	Serves      int
+	Direct      int // calls sent straight to an owner
+	ProxyFailed int // calls through a proxy that failed (definite error)
 }
 
 // Run starts the pool, runs the clients and the faults, heals everything,
@@ -133,6 +135,11 @@ func Run(ctx context.Context, cfg RunConfig) (*Report, error) {
 	}
 	for _, o := range hist.Ops {
 		r.Outcomes[o.Result]++
+		if o.Direct {
+			r.Direct++
+		} else if o.Result == Failed {
+			r.ProxyFailed++
+		}
 	}
 	cfg.Log.Info("checking", "ops", len(hist.Ops), "serves", len(serves), "tables", len(hist.Tables), "losses", len(hist.Losses))
 	r.Violations = Check(&hist)
@@ -158,6 +165,7 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "- fault time: %v; faults injected: %d\n", r.Duration, r.Faults)
 	fmt.Fprintf(&b, "- client calls checked: %d (ok %d, failed %d, unknown %d, invalid %d); requests in owners' logs: %d\n",
 		r.Ops, r.Outcomes[OK], r.Outcomes[Failed], r.Outcomes[Unknown], r.Outcomes[Invalid], r.Serves)
+	fmt.Fprintf(&b, "- calls straight to an owner (a stale router): %d; calls through a proxy that failed: %d\n", r.Direct, r.ProxyFailed)
 	fmt.Fprintf(&b, "- unavailability per key (gaps: %d): p50 %v, p99 %v, max %v\n\n",
 		len(r.Gaps), quantile(r.Gaps, 0.5).Round(time.Millisecond), quantile(r.Gaps, 0.99).Round(time.Millisecond), quantile(r.Gaps, 1).Round(time.Millisecond))
 	b.WriteString("| checker | violations |\n|---|---|\n")

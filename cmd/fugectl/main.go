@@ -61,9 +61,10 @@ func commands() []command {
 
 // globals are the flags accepted anywhere on the line.
 type globals struct {
-	manager string
-	output  string
-	timeout time.Duration
+	manager   string
+	output    string
+	timeout   time.Duration
+	tokenFile string
 }
 
 func (g *globals) register(fs *flag.FlagSet) {
@@ -71,6 +72,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.output, "o", g.output, "")
 	fs.StringVar(&g.output, "output", g.output, "")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "")
+	fs.StringVar(&g.tokenFile, "token-file", g.tokenFile, "")
 }
 
 // createFlags are the flags of namespaces create.
@@ -121,7 +123,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, now fun
 // parse reads the command line into a ready cli, the command and its
 // positional arguments.
 func parse(args []string, getenv func(string) string) (*cli, command, []string, error) {
-	g := globals{manager: getenv(managerEnv), output: "table", timeout: 10 * time.Second}
+	g := globals{manager: getenv(managerEnv), output: "table", timeout: 10 * time.Second, tokenFile: getenv(tokenFileEnv)}
 	if g.manager == "" {
 		g.manager = defaultManager
 	}
@@ -185,8 +187,31 @@ func parse(args []string, getenv func(string) string) (*cli, command, []string, 
 	if err != nil {
 		return nil, command{}, nil, usagef("--manager: %v", err)
 	}
+	if g.tokenFile != "" {
+		tok, err := readToken(g.tokenFile)
+		if err != nil {
+			return nil, command{}, nil, usagef("--token-file: %v", err)
+		}
+		client.SetToken(tok)
+	}
 	c := &cli{client: client, json: g.output == "json", timeout: g.timeout, create: cf}
 	return c, cmd, pos, nil
+}
+
+// tokenFileEnv names the admin token file when --token-file is not given.
+const tokenFileEnv = "FUGECTL_TOKEN_FILE"
+
+// readToken reads an admin token file: its first line, trimmed.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok, _, _ := strings.Cut(string(b), "\n")
+	if tok = strings.TrimSpace(tok); tok == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return tok, nil
 }
 
 func newFlagSet(name string) *flag.FlagSet {
@@ -247,6 +272,10 @@ Flags, anywhere on the line:
 	table (aligned columns, for people) or json (the API's answer) (default table)
   --timeout DURATION
 	bound on the whole command (default 10s)
+  --token-file FILE
+	admin token sent as a bearer token, needed for namespace create and
+	delete, drain and join when the manager has --admin-token-file
+	(env %s)
 
 Flags of namespaces create:
   --ring-size N       ring size R, a power of two (default the manager's: 4096)
@@ -255,5 +284,5 @@ Flags of namespaces create:
 
 Exit status: 0 on success, 1 when a manager refuses or none answers, 2 for a
 bad command line.
-`, defaultManager, managerEnv)
+`, defaultManager, managerEnv, tokenFileEnv)
 }

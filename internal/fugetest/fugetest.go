@@ -30,6 +30,11 @@ type Options struct {
 	// Observer, if set, wraps the xDS lease table to watch the FSM; it must
 	// forward every call to the table it is given.
 	Observer func(*xds.LeaseTable) manager.Observer
+	// AdminToken is manager.ServerConfig.AdminToken.
+	AdminToken string
+	// UnsafeNoInputChecks is manager.ServerConfig.UnsafeNoInputChecks: only
+	// for the hostile-client tests' negative controls.
+	UnsafeNoInputChecks bool
 }
 
 // Manager is a running single-node manager.
@@ -65,6 +70,7 @@ func StartManager(t testing.TB, o Options) *Manager {
 	cfg.RaftHeartbeatTimeout = 200 * time.Millisecond
 	cfg.RaftElectionTimeout = 200 * time.Millisecond
 	cfg.RaftLeaderLeaseTimeout = 100 * time.Millisecond
+	cfg.AdminToken, cfg.UnsafeNoInputChecks = o.AdminToken, o.UnsafeNoInputChecks
 	var srv *manager.Server
 	lt := xds.NewLeaseTable(xds.LeaseTableConfig{Gate: func(ctx context.Context) error { return srv.CheckLeader(ctx) }})
 	cfg.Observer = lt

@@ -41,6 +41,28 @@ func (e *APIError) Error() string { return e.Message }
 type Client struct {
 	bases []string // base URLs without a trailing slash
 	hc    *http.Client
+	token string // admin bearer token, or ""
+}
+
+// SetToken makes every request carry token as "Authorization: Bearer",
+// also after a redirect to the leader.
+func (c *Client) SetToken(token string) {
+	c.token = token
+	prev := c.hc.CheckRedirect
+	hc := *c.hc
+	hc.CheckRedirect = func(r *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		if prev != nil {
+			if err := prev(r, via); err != nil {
+				return err
+			}
+		}
+		r.Header.Set("Authorization", "Bearer "+token)
+		return nil
+	}
+	c.hc = &hc
 }
 
 // DialTimeout bounds each connection attempt, so that an unreachable
@@ -132,6 +154,9 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte) ([]byt
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -87,6 +88,34 @@ func settings() []setting {
 					return nil
 				}
 				return hostPort(&c.Server.Join, v)
+			}},
+		{flag: "admin-token-file", env: "FUGE_ADMIN_TOKEN_FILE", key: "admin_token_file", arg: "FILE", def: "none: admin writes are open",
+			usage: "file whose first line is the admin token: namespace create and delete, drain,\n\tcluster join and pprof then need \"Authorization: Bearer <token>\" (fugectl --token-file);\n\tevery member needs the same file",
+			set: func(c *Config, v string) error {
+				if v == "" {
+					c.Server.AdminToken = ""
+					return nil
+				}
+				b, err := os.ReadFile(v)
+				if err != nil {
+					return err
+				}
+				tok, _, _ := strings.Cut(string(b), "\n")
+				if tok = strings.TrimSpace(tok); len(tok) < 16 {
+					return fmt.Errorf("the token in %s must be at least 16 bytes", v)
+				}
+				c.Server.AdminToken = tok
+				return nil
+			}},
+		{flag: "pprof", env: "FUGE_PPROF", key: "pprof", arg: "BOOL", def: "false",
+			usage: "serve /debug/pprof on the admin address (to admins when a token is set)",
+			set: func(c *Config, v string) error {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return errors.New("want true or false")
+				}
+				c.Server.Pprof = b
+				return nil
 			}},
 		{flag: "lease-duration", env: "FUGE_LEASE_DURATION", key: "lease_duration", arg: "DURATION", def: "8s",
 			usage: "owner lease T of namespaces that set none; the manager holds T·65/60",
