@@ -7,11 +7,19 @@
 // the next address only when the connection was never made, so they are
 // never applied twice. Redirects (a follower sending a write to the
 // leader's 307 or 308) are followed with the body re-sent.
+//
+// A Client speaks one scheme: https with mutual TLS when it is given a TLS
+// configuration (fugetls.Source.ClientConfig: the manager is checked by the
+// cluster's CA and its manager role, not by host name), plain http without
+// one (managers run with --insecure, and tests). A redirect keeps the
+// client's scheme, so a standby that names its leader with http:// cannot
+// downgrade a TLS client.
 package admin
 
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,63 +47,72 @@ func (e *APIError) Error() string { return e.Message }
 // Client calls the admin API of a set of managers. It is safe for
 // concurrent use.
 type Client struct {
-	bases []string // base URLs without a trailing slash
-	hc    *http.Client
-	token string // admin bearer token, or ""
+	bases  []string // base URLs without a trailing slash
+	scheme string   // "https" or "http"
+	hc     *http.Client
+	token  string // admin bearer token, or ""
 }
 
 // SetToken makes every request carry token as "Authorization: Bearer",
-// also after a redirect to the leader.
-func (c *Client) SetToken(token string) {
-	c.token = token
-	prev := c.hc.CheckRedirect
-	hc := *c.hc
-	hc.CheckRedirect = func(r *http.Request, via []*http.Request) error {
-		if len(via) >= 10 {
-			return errors.New("stopped after 10 redirects")
-		}
-		if prev != nil {
-			if err := prev(r, via); err != nil {
-				return err
-			}
-		}
-		r.Header.Set("Authorization", "Bearer "+token)
-		return nil
+// also after a redirect to the leader. Call it before the first request.
+func (c *Client) SetToken(token string) { c.token = token }
+
+// maxRedirects bounds the redirects one request follows.
+const maxRedirects = 10
+
+// checkRedirect keeps the client's scheme and the token on a redirect.
+func (c *Client) checkRedirect(r *http.Request, via []*http.Request) error {
+	if len(via) >= maxRedirects {
+		return fmt.Errorf("stopped after %d redirects", maxRedirects)
 	}
-	c.hc = &hc
+	r.URL.Scheme = c.scheme
+	if c.token != "" {
+		r.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return nil
 }
 
 // DialTimeout bounds each connection attempt, so that an unreachable
 // address costs little before the next is tried.
 const DialTimeout = 3 * time.Second
 
-// New returns a client for addrs, each HOST:PORT or an http:// or https://
-// URL. hc nil means a client whose connections time out after DialTimeout;
-// bound whole calls with their context.
-func New(addrs []string, hc *http.Client) (*Client, error) {
-	c := &Client{hc: hc}
+// ErrScheme is a manager URL whose scheme is not the client's: http://
+// for a TLS client, https:// for a plain one.
+var ErrScheme = errors.New("admin: wrong scheme")
+
+// New returns a client for addrs, each HOST:PORT or a URL. With tlsConf the
+// client speaks https (HOST:PORT means https://HOST:PORT); with nil, plain
+// http. Its connections time out after DialTimeout; bound whole calls with
+// their context.
+func New(addrs []string, tlsConf *tls.Config) (*Client, error) {
+	c := &Client{scheme: "http"}
+	if tlsConf != nil {
+		c.scheme = "https"
+	}
 	for _, a := range addrs {
 		a = strings.TrimSpace(a)
 		if a == "" {
 			continue
 		}
 		if !strings.Contains(a, "://") {
-			a = "http://" + a
+			a = c.scheme + "://" + a
 		}
 		u, err := url.Parse(a)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("manager address %q: want HOST:PORT or an http(s) URL", a)
+		}
+		if u.Scheme != c.scheme {
+			return nil, fmt.Errorf("%w: manager address %q: this client speaks %s", ErrScheme, a, c.scheme)
 		}
 		c.bases = append(c.bases, strings.TrimSuffix(a, "/"))
 	}
 	if len(c.bases) == 0 {
 		return nil, errors.New("no manager address given")
 	}
-	if c.hc == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.DialContext = (&net.Dialer{Timeout: DialTimeout}).DialContext
-		c.hc = &http.Client{Transport: t}
-	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: DialTimeout}).DialContext
+	t.TLSClientConfig = tlsConf
+	c.hc = &http.Client{Transport: t, CheckRedirect: c.checkRedirect}
 	return c, nil
 }
 

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -194,20 +195,29 @@ func TestBadAnswer(t *testing.T) {
 func TestNew(t *testing.T) {
 	for _, c := range []struct {
 		addrs []string
+		tls   bool
 		want  []string // nil: an error
 	}{
-		{[]string{"127.0.0.1:7402"}, []string{"http://127.0.0.1:7402"}},
-		{[]string{" a:1 ", "", "https://b:2/"}, []string{"http://a:1", "https://b:2"}},
-		{[]string{"", " "}, nil},
-		{[]string{"ftp://a:1"}, nil},
-		{[]string{"http://"}, nil},
+		{[]string{"127.0.0.1:7402"}, false, []string{"http://127.0.0.1:7402"}},
+		{[]string{"127.0.0.1:7402"}, true, []string{"https://127.0.0.1:7402"}},
+		{[]string{" a:1 ", "", "http://b:2/"}, false, []string{"http://a:1", "http://b:2"}},
+		{[]string{" a:1 ", "", "https://b:2/"}, true, []string{"https://a:1", "https://b:2"}},
+		{[]string{"https://b:2/"}, false, nil},
+		{[]string{"a:1", "http://b:2/"}, true, nil},
+		{[]string{"", " "}, false, nil},
+		{[]string{"ftp://a:1"}, false, nil},
+		{[]string{"http://"}, false, nil},
 	} {
-		got, err := New(c.addrs, nil)
+		var conf *tls.Config
+		if c.tls {
+			conf = &tls.Config{}
+		}
+		got, err := New(c.addrs, conf)
 		switch {
 		case c.want == nil && err == nil:
-			t.Errorf("New(%q) = %q, want an error", c.addrs, got.bases)
+			t.Errorf("New(%q, tls %v) = %q, want an error", c.addrs, c.tls, got.bases)
 		case c.want != nil && (err != nil || strings.Join(got.bases, " ") != strings.Join(c.want, " ")):
-			t.Errorf("New(%q) = %v, %v; want %q", c.addrs, got, err, c.want)
+			t.Errorf("New(%q, tls %v) = %v, %v; want %q", c.addrs, c.tls, got, err, c.want)
 		}
 	}
 }
