@@ -32,20 +32,20 @@ func (s *Server) Handler() http.Handler {
 	// Profiles for operators, only when asked for (ServerConfig.Pprof), and
 	// then only for admins.
 	if s.cfg.Pprof {
-		mux.HandleFunc("GET /debug/pprof/", s.admin(pprof.Index))
-		mux.HandleFunc("GET /debug/pprof/profile", s.admin(pprof.Profile))
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	}
 	mux.HandleFunc("GET /v1/cluster", s.getCluster)
-	mux.HandleFunc("POST /v1/cluster/join", s.admin(s.leaderOnly(s.postJoin)))
+	mux.HandleFunc("POST /v1/cluster/join", s.leaderOnly(s.postJoin))
 	mux.HandleFunc("GET /v1/namespaces", s.leaderOnly(s.getNamespaces))
-	mux.HandleFunc("POST /v1/namespaces", s.admin(s.leaderOnly(s.postNamespace)))
-	mux.HandleFunc("DELETE /v1/namespaces/{ns}", s.admin(s.leaderOnly(s.deleteNamespace)))
+	mux.HandleFunc("POST /v1/namespaces", s.leaderOnly(s.postNamespace))
+	mux.HandleFunc("DELETE /v1/namespaces/{ns}", s.leaderOnly(s.deleteNamespace))
 	mux.HandleFunc("GET /v1/namespaces/{ns}/ring", s.leaderOnly(s.getRing))
 	mux.HandleFunc("GET /v1/namespaces/{ns}/leases", s.leaderOnly(s.getLeases))
 	mux.HandleFunc("GET /v1/namespaces/{ns}/owners", s.leaderOnly(s.getOwners))
 	mux.HandleFunc("GET /v1/namespaces/{ns}/view", s.leaderOnly(s.getView))
-	mux.HandleFunc("POST /v1/namespaces/{ns}/owners/{name}/drain", s.admin(s.leaderOnly(s.postDrain)))
-	return mux
+	mux.HandleFunc("POST /v1/namespaces/{ns}/owners/{name}/drain", s.leaderOnly(s.postDrain))
+	return s.guard(mux)
 }
 
 type apiError struct {
@@ -75,21 +75,12 @@ func writeErr(w http.ResponseWriter, err error) {
 	writeJSON(w, code, apiError{Error: err.Error()})
 }
 
-// admin runs h only for a request that carries the admin token
-// (ServerConfig.AdminToken) as "Authorization: Bearer <token>", when one
-// is set; others get 401 and change nothing.
-func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if tok := s.cfg.AdminToken; tok != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="fuge-manager"`)
-				writeJSON(w, http.StatusUnauthorized, apiError{Error: "manager: this request needs the admin token (Authorization: Bearer, fugectl --token-file)"})
-				return
-			}
-		}
-		h(w, r)
-	}
+// tokenOK reports whether r carries the admin token
+// (ServerConfig.AdminToken) as "Authorization: Bearer <token>".
+func (s *Server) tokenOK(r *http.Request) bool {
+	tok := s.cfg.AdminToken
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return tok != "" && ok && subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1
 }
 
 // leaderOnly runs h with the leader's core, redirects from a standby, and
@@ -102,7 +93,7 @@ func (s *Server) leaderOnly(h func(http.ResponseWriter, *http.Request, *leaderSt
 		if l == nil {
 			if _, _, addr := s.Leader(); addr != "" {
 				u := *r.URL
-				u.Scheme, u.Host = "http", addr
+				u.Scheme, u.Host = s.httpScheme(), addr
 				http.Redirect(w, r, u.String(), http.StatusTemporaryRedirect)
 				return
 			}
@@ -253,11 +244,13 @@ func (s *Server) checkJoin(ctx context.Context, j joinRequest) error {
 	// address.
 	cctx, cancel := context.WithTimeout(ctx, joinProbeTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+j.HTTPAddr+"/v1/cluster", nil)
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, s.httpScheme()+"://"+j.HTTPAddr+"/v1/cluster", nil)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// With TLS, the client also checks that the node holds a manager's
+	// certificate from the cluster's CA.
+	resp, err := s.adminClient(joinProbeTimeout).Do(req)
 	if err != nil {
 		return fmt.Errorf("%w: node %q does not answer at %s: %w", ErrJoinRefused, j.ID, j.HTTPAddr, err)
 	}
@@ -276,11 +269,11 @@ func (s *Server) checkJoin(ctx context.Context, j joinRequest) error {
 // joinProbeTimeout bounds the leader's call to a joining node.
 const joinProbeTimeout = 3 * time.Second
 
-// postJSON posts body to http://addr+path with the admin token, if any,
-// following redirects to the leader (with the token: the leader is another
-// member of the same cluster).
-func postJSON(addr, path string, body []byte, token string) error {
-	req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, bytes.NewReader(body))
+// postJSON posts body to a member's admin API at addr+path with the admin
+// token, if any, following redirects to the leader (with the token: the
+// leader is another member of the same cluster).
+func (s *Server) postJSON(addr, path string, body []byte, token string) error {
+	req, err := http.NewRequest(http.MethodPost, s.httpScheme()+"://"+addr+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -288,7 +281,8 @@ func postJSON(addr, path string, body []byte, token string) error {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	c := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(r *http.Request, via []*http.Request) error {
+	c := s.adminClient(30 * time.Second)
+	c.CheckRedirect = func(r *http.Request, via []*http.Request) error {
 		if len(via) >= 5 {
 			return errors.New("too many redirects")
 		}
@@ -296,7 +290,7 @@ func postJSON(addr, path string, body []byte, token string) error {
 			r.Header.Set("Authorization", "Bearer "+token)
 		}
 		return nil
-	}}
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return err

@@ -35,6 +35,11 @@ func (o *ownerService) Lease(stream fugev1.OwnerService_LeaseServer) error {
 	if err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
+	// The name is the certificate's (every later message must carry the
+	// same namespace, name and nonce).
+	if err := s.checkOwner(ctx, req); err != nil {
+		return err
+	}
 	nc, ok := s.fsm.namespaceConfig(req.Namespace)
 	if !ok {
 		return status.Errorf(codes.NotFound, "%v: %q", ErrUnknownNamespace, req.Namespace)

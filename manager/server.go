@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,7 +95,7 @@ func (s *Server) Start(register func(*grpc.Server)) (err error) {
 			return fmt.Errorf("manager: raft advertise address: %w", err)
 		}
 	}
-	if s.trans, err = raft.NewTCPTransportWithLogger(s.cfg.RaftAddr, adv, 3, 5*time.Second, hlog); err != nil {
+	if s.trans, err = s.raftTransport(adv, hlog); err != nil {
 		return fmt.Errorf("manager: raft transport: %w", err)
 	}
 	if s.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(s.cfg.DataDir, "raft.db")}); err != nil {
@@ -133,7 +134,7 @@ func (s *Server) Start(register func(*grpc.Server)) (err error) {
 			return fmt.Errorf("manager: bootstrap: %w", err)
 		}
 	}
-	s.grpc = grpc.NewServer(
+	s.grpc = grpc.NewServer(append(s.grpcOptions(),
 		grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(s.cfg.MaxMessageBytes),
 		// Thousands of client connections: keep per-connection buffers
@@ -149,12 +150,18 @@ func (s *Server) Start(register func(*grpc.Server)) (err error) {
 		// its hold time anyway): the server's own pings only reclaim
 		// connections of clients that vanished, so they can be rare.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
-	)
+	)...)
 	fugev1.RegisterOwnerServiceServer(s.grpc, &ownerService{s: s})
 	if register != nil {
 		register(s.grpc)
 	}
-	s.http = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	s.http = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second,
+		// TLS handshake failures (a client without TLS, a scanner) are
+		// not the operator's errors.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	if s.cfg.TLS != nil {
+		s.httpLn = tls.NewListener(s.httpLn, s.cfg.TLS.ServerConfig(true))
+	}
 	s.wg.Add(3)
 	go func() { defer s.wg.Done(); _ = s.grpc.Serve(s.grpcLn) }()
 	go func() { defer s.wg.Done(); _ = s.http.Serve(s.httpLn) }()
@@ -415,7 +422,7 @@ func (s *Server) joinLoop() {
 	body, _ := json.Marshal(joinRequest{ID: s.cfg.NodeID, RaftAddr: r, GRPCAddr: g, HTTPAddr: h})
 	backoff := 100 * time.Millisecond
 	for {
-		err := postJSON(s.cfg.Join, "/v1/cluster/join", body, s.cfg.AdminToken)
+		err := s.postJSON(s.cfg.Join, "/v1/cluster/join", body, s.cfg.AdminToken)
 		if err == nil {
 			s.log.Info("joined", "via", s.cfg.Join)
 			return

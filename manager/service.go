@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/lease"
 )
 
@@ -80,6 +81,11 @@ type ServerConfig struct {
 	Namespaces []NamespaceConfig
 
 	MaxMessageBytes int // gRPC message limit (default 4 MiB)
+
+	// TLS, when set, makes every port mutual TLS with its certificates
+	// (see tls.go for who may do what). nil serves plaintext with no
+	// authentication: tests, and fuge-manager --insecure.
+	TLS *fugetls.Source
 
 	// AdminToken, when set, is required as "Authorization: Bearer <token>"
 	// on every admin write (namespace create and delete, drain, cluster

@@ -1,6 +1,8 @@
 package ownerguard
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 	"log/slog"
@@ -40,6 +42,9 @@ type Owner struct {
 	attempts, reconnects, redirects, stalls atomic.Uint64
 	sessions                                atomic.Uint64
 	requests, responses, malformed, unsent  atomic.Uint64
+	// waiting is when the oldest request not yet answered was written (0:
+	// none); lastWait is how long the last answer took from it.
+	waiting, lastWait atomic.Int64
 
 	mu        sync.Mutex
 	started   bool
@@ -223,6 +228,7 @@ func (o *Owner) Stats() OwnerStats {
 		Responses:  o.responses.Load(),
 		Malformed:  o.malformed.Load(),
 		Unsent:     o.unsent.Load(),
+		LastWait:   time.Duration(o.lastWait.Load()),
 		Core:       cs,
 	}
 }

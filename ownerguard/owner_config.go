@@ -204,5 +204,8 @@ type OwnerStats struct {
 	Responses  uint64 // responses received from a stream
 	Malformed  uint64 // responses that failed to decode (dropped)
 	Unsent     uint64 // requests the core made while no stream was open
-	Core       CoreStats
+	// LastWait is how long the manager took to answer the last time: from
+	// writing the oldest unanswered request to reading the next response.
+	LastWait time.Duration
+	Core     CoreStats
 }

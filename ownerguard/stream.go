@@ -89,6 +89,9 @@ func (st *stream) run(conn *grpc.ClientConn, events chan<- event, o *Owner, opts
 			return
 		}
 		o.responses.Add(1)
+		if t := o.waiting.Swap(0); t != 0 {
+			o.lastWait.Store(o.nowNano() - t)
+		}
 		if !st.report(events, event{s: st, resp: resp}) {
 			return
 		}
@@ -123,6 +126,7 @@ func (st *stream) write(c grpc.BidiStreamingClient[fugev1.LeaseRequest, fugev1.L
 				return // the reader learns the stream's status from Recv
 			}
 			o.requests.Add(1)
+			o.waiting.CompareAndSwap(0, o.nowNano())
 		}
 		if closing {
 			c.CloseSend()

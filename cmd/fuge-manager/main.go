@@ -20,6 +20,7 @@ import (
 
 	"github.com/fuge-project/fuge/cmd/fuge-manager/internal/config"
 	"github.com/fuge-project/fuge/internal/clientshell"
+	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/manager"
 	"github.com/fuge-project/fuge/xds"
 )
@@ -66,6 +67,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	cfg := c.Server
 	cfg.Logger = log
+	if c.TLS.Insecure {
+		fmt.Fprintln(stderr, fugetls.InsecureWarning("fuge-manager"))
+	} else if cfg.TLS, err = c.TLS.Source(fugetls.ManagerBase); err != nil {
+		fmt.Fprintf(stderr, "fuge-manager: %v\n", err)
+		return 2
+	}
 	// The fault harness's negative control (bench/chaos): not a setting.
 	if getenv(UnsafeReplaceEnv) == UnsafeReplaceValue {
 		cfg.UnsafeReplace = true

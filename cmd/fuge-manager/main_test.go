@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"net/http"
 	"regexp"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fuge-project/fuge/internal/fugetls"
 )
 
 const defaultTestTimeout = 20 * time.Second
@@ -42,8 +45,9 @@ func (s *syncBuffer) String() string {
 }
 
 // TestRunServesAndStops starts a node through run, with the real xds lease
-// table wired in, reads the bound addresses it prints, asks its admin API
-// who it is, and stops it as a signal would.
+// table wired in and mutual TLS (the default), reads the bound addresses it
+// prints, asks its admin API who it is with an admin certificate and
+// without one, and stops it as a signal would.
 func TestRunServesAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -51,7 +55,11 @@ func TestRunServesAndStops(t *testing.T) {
 	defer cancelTimeout()
 	stdout := lineWriter{make(chan string, 16)}
 	var stderr syncBuffer
-	env := map[string]string{"FUGE_NODE_ID": "n7", "FUGE_DATA_DIR": t.TempDir()}
+	certs := t.TempDir()
+	if err := fugetls.InitDir(certs, fugetls.InitOptions{Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"FUGE_NODE_ID": "n7", "FUGE_DATA_DIR": t.TempDir(), "FUGE_TLS_DIR": certs}
 	args := []string{"--raft-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-level", "debug"}
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, args, func(k string) string { return env[k] }, stdout, &stderr) }()
@@ -68,7 +76,34 @@ func TestRunServesAndStops(t *testing.T) {
 	if m == nil {
 		t.Fatalf("run printed %q, want the node ID and three bound 127.0.0.1 addresses", line)
 	}
-	resp, err := http.Get("http://" + m[1] + "/v1/cluster")
+	admin, err := fugetls.NewSource(fugetls.DirFiles(certs, fugetls.AdminBase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	if resp, err := http.Get("http://" + m[1] + "/v1/cluster"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Errorf("plain HTTP to the admin port answered %s; want TLS only", resp.Status)
+		}
+	}
+	if resp, err := bare.Get("https://" + m[1] + "/healthz"); err != nil || resp.StatusCode != 200 {
+		t.Errorf("GET /healthz without a certificate: %v %v, want 200", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	resp, err := bare.Get("https://" + m[1] + "/v1/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refusal struct{ Error string }
+	_ = json.NewDecoder(resp.Body).Decode(&refusal)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(refusal.Error, "client certificate") {
+		t.Errorf("GET /v1/cluster without a certificate: %s %q; want 401 naming the missing certificate", resp.Status, refusal.Error)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: admin.ClientConfig(fugetls.RoleManager)}}
+	resp, err = hc.Get("https://" + m[1] + "/v1/cluster")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +139,7 @@ func TestRunExitCodes(t *testing.T) {
 		{args: []string{"--help"}, code: 0, out: "Usage: fuge-manager"},
 		{args: []string{"--lease-duration", "soon"}, code: 2, err: "fuge-manager: --lease-duration \"soon\""},
 		{args: []string{"extra"}, code: 2, err: "Run 'fuge-manager --help'"},
+		{args: []string{"--tls-dir", "/nonexistent"}, code: 2, err: "fugectl certs init"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), c.args, func(string) string { return "" }, &stdout, &stderr)

@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/lb"
 	"github.com/fuge-project/fuge/manager"
 	"github.com/fuge-project/fuge/ownerguard"
@@ -30,6 +34,10 @@ type Options struct {
 	// Observer, if set, wraps the xDS lease table to watch the FSM; it must
 	// forward every call to the table it is given.
 	Observer func(*xds.LeaseTable) manager.Observer
+	// TLS runs the manager with mutual TLS and certificates from a
+	// development CA in a temporary directory (Manager.CertDir); Owner and
+	// Lookup then connect with certificates of their own.
+	TLS bool
 	// AdminToken is manager.ServerConfig.AdminToken.
 	AdminToken string
 	// UnsafeNoInputChecks is manager.ServerConfig.UnsafeNoInputChecks: only
@@ -45,7 +53,23 @@ type Manager struct {
 	HTTPAddr string // admin API
 	NS       string
 	T        time.Duration
+	// CertDir holds the CA and certificates when Options.TLS is set.
+	CertDir string
+
+	adminHTTP *http.Client // with an admin certificate under TLS
 }
+
+// AdminURL is the admin API's URL for path (https under TLS).
+func (m *Manager) AdminURL(path string) string {
+	if m.CertDir != "" {
+		return "https://" + m.HTTPAddr + path
+	}
+	return "http://" + m.HTTPAddr + path
+}
+
+// AdminClient is an HTTP client of the admin API with an admin's
+// certificate under TLS (http.DefaultClient otherwise).
+func (m *Manager) AdminClient() *http.Client { return m.adminHTTP }
 
 // StartManager starts a single-node manager on 127.0.0.1 with its data in a
 // temporary directory and waits until it leads. It is killed at cleanup.
@@ -71,6 +95,18 @@ func StartManager(t testing.TB, o Options) *Manager {
 	cfg.RaftElectionTimeout = 200 * time.Millisecond
 	cfg.RaftLeaderLeaseTimeout = 100 * time.Millisecond
 	cfg.AdminToken, cfg.UnsafeNoInputChecks = o.AdminToken, o.UnsafeNoInputChecks
+	var certs string
+	if o.TLS {
+		certs = t.TempDir()
+		if err := fugetls.InitDir(certs, fugetls.InitOptions{Now: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		src, err := fugetls.NewSource(fugetls.DirFiles(certs, fugetls.ManagerBase))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.TLS = src
+	}
 	var srv *manager.Server
 	lt := xds.NewLeaseTable(xds.LeaseTableConfig{Gate: func(ctx context.Context) error { return srv.CheckLeader(ctx) }})
 	cfg.Observer = lt
@@ -88,9 +124,39 @@ func StartManager(t testing.TB, o Options) *Manager {
 	}
 	t.Cleanup(s.Kill)
 	_, g, h := s.Addrs()
-	m := &Manager{Server: s, Table: lt, GRPCAddr: g, HTTPAddr: h, NS: o.Namespace, T: o.T}
+	m := &Manager{Server: s, Table: lt, GRPCAddr: g, HTTPAddr: h, NS: o.Namespace, T: o.T, CertDir: certs, adminHTTP: http.DefaultClient}
+	if certs != "" {
+		m.adminHTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: m.Source(t, fugetls.AdminID("test")).ClientConfig(fugetls.RoleManager)}}
+	}
 	Eventually(t, "the manager to lead", s.IsLeader)
 	return m
+}
+
+// DialOptions are the gRPC options of a client of the manager with the
+// identity id: a certificate issued for it when the manager runs with TLS,
+// none otherwise.
+func (m *Manager) DialOptions(t testing.TB, id fugetls.ID) []grpc.DialOption {
+	t.Helper()
+	if m.CertDir == "" {
+		return nil
+	}
+	src := m.Source(t, id)
+	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(src.ClientConfig(fugetls.RoleManager)))}
+}
+
+// Source issues a certificate for id from the manager's CA (Options.TLS)
+// and loads it.
+func (m *Manager) Source(t testing.TB, id fugetls.ID) *fugetls.Source {
+	t.Helper()
+	base := string(id.Role) + "-" + id.Namespace + "-" + id.Name
+	if err := fugetls.Issue(m.CertDir, base, id, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	src, err := fugetls.NewSource(fugetls.DirFiles(m.CertDir, base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
 }
 
 // Owner starts an Owner named name that serves at addr and waits until it
@@ -100,6 +166,7 @@ func (m *Manager) Owner(t testing.TB, name, addr string, onOwnership func(grante
 	o, err := ownerguard.NewOwner(ownerguard.OwnerConfig{
 		Managers: []string{m.GRPCAddr}, Namespace: m.NS, Name: name, Addr: addr,
 		LeaseDuration: m.T, OnOwnership: onOwnership,
+		DialOptions: m.DialOptions(t, fugetls.OwnerID(m.NS, name)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +186,7 @@ func (m *Manager) Lookup(t testing.TB, name string, onLoss func([]ring.Range, bo
 	l, err := lb.NewLookup(lb.LookupConfig{
 		Managers: []string{m.GRPCAddr}, Namespace: m.NS, Name: name,
 		StalenessBound: m.T, OnLoss: onLoss,
+		DialOptions: m.DialOptions(t, fugetls.ProxyID(name)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +246,7 @@ type Arc struct {
 
 // Arcs reads the lease table, in ring order, from the admin API.
 func (m *Manager) Arcs() ([]Arc, error) {
-	resp, err := http.Get("http://" + m.HTTPAddr + "/v1/namespaces/" + m.NS + "/leases")
+	resp, err := m.adminHTTP.Get(m.AdminURL("/v1/namespaces/" + m.NS + "/leases"))
 	if err != nil {
 		return nil, err
 	}

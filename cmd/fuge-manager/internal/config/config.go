@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/manager"
 	"github.com/fuge-project/fuge/ring"
 )
@@ -41,6 +42,9 @@ type Config struct {
 	ClockRate float64
 	// File is the YAML file that was read, or empty.
 	File string
+	// TLS are the certificate settings (--tls-dir, --tls-ca, --tls-cert,
+	// --tls-key, --insecure); main loads them (fugetls.ManagerBase).
+	TLS fugetls.Options
 }
 
 // setting is one configuration knob, reachable as --flag, ENV and yaml_key.
@@ -105,6 +109,28 @@ func settings() []setting {
 					return fmt.Errorf("the token in %s must be at least 16 bytes", v)
 				}
 				c.Server.AdminToken = tok
+				return nil
+			}},
+		{flag: "tls-dir", env: "FUGE_TLS_DIR", key: "tls_dir", arg: "DIR", def: fugetls.DefaultDir,
+			usage: "certificates as fugectl certs init writes them: ca.crt, manager.crt, manager.key;\n\tre-read when they change. Every port is mutual TLS",
+			set:   func(c *Config, v string) error { return nonEmpty(&c.TLS.Dir, v) }},
+		{flag: "tls-ca", env: "FUGE_TLS_CA", key: "tls_ca", arg: "FILE", def: "none: from --tls-dir",
+			usage: "CA bundle (PEM) instead of --tls-dir; with --tls-cert and --tls-key",
+			set:   func(c *Config, v string) error { c.TLS.CA = v; return nil }},
+		{flag: "tls-cert", env: "FUGE_TLS_CERT", key: "tls_cert", arg: "FILE", def: "none: from --tls-dir",
+			usage: "this node's certificate (URI SAN spiffe://fuge/manager/<name>)",
+			set:   func(c *Config, v string) error { c.TLS.Cert = v; return nil }},
+		{flag: "tls-key", env: "FUGE_TLS_KEY", key: "tls_key", arg: "FILE", def: "none: from --tls-dir",
+			usage: "this node's private key",
+			set:   func(c *Config, v string) error { c.TLS.Key = v; return nil }},
+		{flag: "insecure", env: "FUGE_INSECURE", key: "insecure", arg: "BOOL", def: "false",
+			usage: "no TLS and no authentication on any port: for tests only",
+			set: func(c *Config, v string) error {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return errors.New("want true or false")
+				}
+				c.TLS.Insecure = b
 				return nil
 			}},
 		{flag: "pprof", env: "FUGE_PPROF", key: "pprof", arg: "BOOL", def: "false",
