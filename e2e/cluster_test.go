@@ -52,6 +52,13 @@ type cluster struct {
 
 func newCluster(t *testing.T, n int, T time.Duration) *cluster {
 	t.Helper()
+	return newClusterWith(t, n, T, nil)
+}
+
+// newClusterWith starts n nodes, each configured by configure (if not nil)
+// after the test defaults.
+func newClusterWith(t *testing.T, n int, T time.Duration, configure func(*manager.ServerConfig)) *cluster {
+	t.Helper()
 	c := &cluster{t: t, T: T}
 	for i := range n {
 		cfg := manager.DefaultServerConfig()
@@ -66,6 +73,9 @@ func newCluster(t *testing.T, n int, T time.Duration) *cluster {
 		cfg.RaftLeaderLeaseTimeout = 100 * time.Millisecond
 		if i > 0 {
 			cfg.Join = c.nodes[0].cfg.HTTPAddr
+		}
+		if configure != nil {
+			configure(&cfg)
 		}
 		nd := &node{cfg: cfg}
 		c.nodes = append(c.nodes, nd)
