@@ -504,3 +504,38 @@ func TestNegativeControlHostileIdentity(t *testing.T) {
 		t.Logf("without TLS: %s", harm)
 	}
 }
+
+// TestHostileSessionFlood: one client opening owner sessions as fast as it
+// can is cut off after its burst (ResourceExhausted), before the leader
+// reads its requests; the honest owners, other clients, are not.
+func TestHostileSessionFlood(t *testing.T) {
+	p := hostilePool(t, fugetest.Options{TLS: true, SessionRate: 1, SessionBurst: 10})
+	opts := p.m.DialOptions(t, fugetls.OwnerID("elsewhere", "mallory"))
+	limited := 0
+	for range 30 {
+		req := ownerRequest(p.m, "mallory", "127.0.0.1:9")
+		req.Namespace = "elsewhere"
+		if err := attackLease(t, p.m, req, opts...); status.Code(err) == codes.ResourceExhausted {
+			limited++
+		}
+	}
+	if limited < 15 {
+		t.Fatalf("%d of 30 session opens were cut off, want at least 15 past a burst of 10 at 1/s", limited)
+	}
+	t.Logf("%d of 30 session opens cut off", limited)
+	p.check(t)
+}
+
+// TestNegativeControlHostileSessionFlood: with a bucket larger than the
+// flood, nothing is cut off, so the assertion above can fail.
+func TestNegativeControlHostileSessionFlood(t *testing.T) {
+	p := hostilePool(t, fugetest.Options{TLS: true, SessionRate: 1, SessionBurst: 100})
+	opts := p.m.DialOptions(t, fugetls.OwnerID("elsewhere", "mallory"))
+	for range 30 {
+		req := ownerRequest(p.m, "mallory", "127.0.0.1:9")
+		req.Namespace = "elsewhere"
+		if err := attackLease(t, p.m, req, opts...); status.Code(err) == codes.ResourceExhausted {
+			t.Fatalf("cut off within the burst: %v", err)
+		}
+	}
+}

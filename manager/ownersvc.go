@@ -27,6 +27,9 @@ func (o *ownerService) Lease(stream fugev1.OwnerService_LeaseServer) error {
 	if err := s.CheckLeader(ctx); err != nil {
 		return err
 	}
+	if !s.sessions.allow(s.clientKey(ctx), s.cfg.Clock.Now()) {
+		return status.Errorf(codes.ResourceExhausted, "manager: too many owner sessions from this client (at most %d, then %d a second)", s.cfg.SessionBurst, s.cfg.SessionRate)
+	}
 	first, err := stream.Recv()
 	if err != nil {
 		return err

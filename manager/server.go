@@ -46,6 +46,7 @@ type Server struct {
 	metrics *metrics
 
 	heartbeatTimeout time.Duration // raft's: after it, a standby stops naming the leader
+	sessions         *sessionLimiter
 
 	mu     sync.Mutex
 	leader *leaderState // non-nil while this node leads
@@ -60,7 +61,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sessions: newSessionLimiter(cfg.SessionRate, cfg.SessionBurst)}
 	s.fsm = newFSM(cfg.LogRetention, cfg.LeaseDuration, cfg.Observer)
 	s.metrics = newMetrics(s)
 	s.fsm.onApply = s.metrics.applied
@@ -137,6 +138,7 @@ func (s *Server) Start(register func(*grpc.Server)) (err error) {
 	s.grpc = grpc.NewServer(append(s.grpcOptions(),
 		grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(s.cfg.MaxMessageBytes),
+		grpc.MaxConcurrentStreams(uint32(s.cfg.MaxStreamsPerConn)),
 		// Thousands of client connections: keep per-connection buffers
 		// small, or they dominate the manager's memory. Reads: 64 KiB each
 		// by default. Writes: a shared buffer is taken from a pool for each

@@ -81,6 +81,14 @@ type ServerConfig struct {
 	Namespaces []NamespaceConfig
 
 	MaxMessageBytes int // gRPC message limit (default 4 MiB)
+	// MaxStreamsPerConn bounds the concurrent gRPC streams of one client
+	// connection (default 1024: a router multiplexes a few, a load
+	// generator hundreds).
+	MaxStreamsPerConn int
+	// SessionRate and SessionBurst bound the owner sessions one client (its
+	// certificate's ID, or its IP address without TLS) may open: a token
+	// bucket (defaults DefaultSessionRate per second, DefaultSessionBurst).
+	SessionRate, SessionBurst int
 
 	// TLS, when set, makes every port mutual TLS with its certificates
 	// (see tls.go for who may do what). nil serves plaintext with no
@@ -147,6 +155,8 @@ func (c ServerConfig) Validate() error {
 		return fmt.Errorf("%w: HeartbeatInterval %v must be under LeaseDuration", ErrConfig, c.HeartbeatInterval)
 	case c.MaxMessageBytes < 0:
 		return fmt.Errorf("%w: MaxMessageBytes must not be negative", ErrConfig)
+	case c.MaxStreamsPerConn < 0 || c.SessionRate < 0 || c.SessionBurst < 0:
+		return fmt.Errorf("%w: MaxStreamsPerConn, SessionRate and SessionBurst must not be negative", ErrConfig)
 	}
 	for _, nc := range c.Namespaces {
 		if err := nc.defaults(Config{LeaseDuration: c.LeaseDuration}); err != nil {
@@ -184,6 +194,15 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = d.MaxMessageBytes
+	}
+	if c.MaxStreamsPerConn == 0 {
+		c.MaxStreamsPerConn = 1024
+	}
+	if c.SessionRate == 0 {
+		c.SessionRate = DefaultSessionRate
+	}
+	if c.SessionBurst == 0 {
+		c.SessionBurst = DefaultSessionBurst
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

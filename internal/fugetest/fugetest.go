@@ -38,6 +38,8 @@ type Options struct {
 	// development CA in a temporary directory (Manager.CertDir); Owner and
 	// Lookup then connect with certificates of their own.
 	TLS bool
+	// SessionRate and SessionBurst are manager.ServerConfig's.
+	SessionRate, SessionBurst int
 	// AdminToken is manager.ServerConfig.AdminToken.
 	AdminToken string
 	// UnsafeNoInputChecks is manager.ServerConfig.UnsafeNoInputChecks: only
@@ -95,6 +97,7 @@ func StartManager(t testing.TB, o Options) *Manager {
 	cfg.RaftElectionTimeout = 200 * time.Millisecond
 	cfg.RaftLeaderLeaseTimeout = 100 * time.Millisecond
 	cfg.AdminToken, cfg.UnsafeNoInputChecks = o.AdminToken, o.UnsafeNoInputChecks
+	cfg.SessionRate, cfg.SessionBurst = o.SessionRate, o.SessionBurst
 	var certs string
 	if o.TLS {
 		certs = t.TempDir()
