@@ -18,13 +18,14 @@ import (
 // cli runs commands against the managers and prints for a person (tables)
 // or a program (-o json).
 type cli struct {
-	client  *admin.Client
-	json    bool
-	timeout time.Duration
-	create  createFlags
-	out     io.Writer
-	errOut  io.Writer        // warnings
-	now     func() time.Time // for "12s ago"
+	client   *admin.Client // nil for the commands that talk to no manager
+	json     bool
+	timeout  time.Duration
+	flags    cmdFlags
+	insecure bool
+	out      io.Writer
+	errOut   io.Writer        // warnings
+	now      func() time.Time // for "12s ago", and certificates' validity
 }
 
 // get fetches path into v, and with -o json prints the answer as sent
@@ -180,7 +181,7 @@ func (c *cli) namespaceTable(nss ...admin.Namespace) error {
 const grpcRingHashCap = 4096
 
 func (c *cli) createNamespace(ctx context.Context, args []string) error {
-	in := admin.Namespace{Name: args[0], RingSize: c.create.ringSize, Header: c.create.header, LeaseDuration: c.create.leaseDuration}
+	in := admin.Namespace{Name: args[0], RingSize: c.flags.ringSize, Header: c.flags.header, LeaseDuration: c.flags.leaseDuration}
 	var ns admin.Namespace
 	raw, err := c.client.Call(ctx, http.MethodPost, admin.NamespacesPath, in, &ns)
 	if err != nil {

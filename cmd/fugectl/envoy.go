@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -16,12 +17,16 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpopts "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
+
+	"github.com/fuge-project/fuge/internal/fugetls"
 )
 
 // envoyBootstrapName is the command that prints an Envoy bootstrap. It
@@ -40,19 +45,28 @@ const (
 	// namespaceMetadataKey is where a node names its namespace
 	// (xds.NamespaceMetadataKey).
 	namespaceMetadataKey = "fuge.namespace"
+	// tlsSocketName is Envoy's TLS transport socket.
+	tlsSocketName = "envoy.transport_sockets.tls"
+	// managerIDPrefix starts the URI SAN of every manager's certificate
+	// (fugetls.ManagerID): Envoy accepts a manager by its role, not its
+	// host name.
+	managerIDPrefix = "spiffe://" + fugetls.TrustDomain + "/" + string(fugetls.RoleManager) + "/"
 )
 
 // envoyBootstrapHelp is the command's line in fugectl --help.
 const envoyBootstrapHelp = "print an Envoy bootstrap (ADS to the managers, everything else dynamic); talks to no manager\n" +
 	"\tflags: --node ID (required), --manager GRPC_ADDR[,...] (the managers' --grpc-addr; default " + defaultXDSManager + "),\n" +
-	"\t--namespace NS (default " + defaultEnvoyNamespace + "), --admin-port N (default 9901), -o yaml|json (default yaml)"
+	"\t--namespace NS (default " + defaultEnvoyNamespace + "), --admin-port N (default 9901), -o yaml|json (default yaml);\n" +
+	"\tEnvoy's ADS is mutual TLS with proxy.crt, proxy.key and ca.crt of --tls-dir (or --tls-cert, --tls-key, --tls-ca),\n" +
+	"\tnamed by absolute path, and accepts a certificate naming spiffe://fuge/manager/...; --insecure: plaintext"
 
 // envoyBootstrapArgs finds envoy-bootstrap on a command line: it must be
 // the first word that is not a flag, as any command. It returns the other
 // arguments, which are the command's own flags (the global --manager and
 // -o are its too).
 func envoyBootstrapArgs(args []string) ([]string, bool) {
-	withValue := map[string]bool{"manager": true, "o": true, "output": true, "timeout": true}
+	globalFlags := newFlagSet("")
+	new(globals).register(globalFlags)
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
@@ -65,11 +79,16 @@ func envoyBootstrapArgs(args []string) ([]string, bool) {
 			return append(args[:i:i], args[i+1:]...), true
 		}
 		name := strings.TrimLeft(a, "-")
-		if !strings.Contains(name, "=") && withValue[name] {
+		if f := globalFlags.Lookup(name); f != nil && !isBoolFlag(f) {
 			i++ // the flag's value
 		}
 	}
 	return nil, false
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // envoyBootstrapFlags are envoy-bootstrap's settings.
@@ -79,10 +98,17 @@ type envoyBootstrapFlags struct {
 	namespace string
 	adminPort int
 	json      bool
+	tls       *fugetls.Files // absolute paths; nil: plaintext (--insecure)
 }
 
-func parseEnvoyBootstrap(args []string) (envoyBootstrapFlags, error) {
+func parseEnvoyBootstrap(args []string, getenv func(string) string) (envoyBootstrapFlags, error) {
+	tlsOpts, err := tlsFromEnv(getenv)
+	if err != nil {
+		return envoyBootstrapFlags{}, err
+	}
 	fs := newFlagSet("fugectl " + envoyBootstrapName)
+	registerTLS(fs, &tlsOpts)
+	fs.String("token-file", "", "") // accepted anywhere, as by every command; unused
 	manager := fs.String("manager", defaultXDSManager, "")
 	node := fs.String("node", "", "")
 	ns := fs.String("namespace", defaultEnvoyNamespace, "")
@@ -115,6 +141,20 @@ func parseEnvoyBootstrap(args []string) (envoyBootstrapFlags, error) {
 		}
 		f.managers = append(f.managers, a)
 	}
+	if !tlsOpts.Insecure {
+		files, err := tlsFiles(tlsOpts, fugetls.ProxyBase)
+		if err != nil {
+			return f, err
+		}
+		// Envoy resolves a relative path against its own working
+		// directory, which is seldom fugectl's.
+		for _, p := range []*string{&files.CA, &files.Cert, &files.Key} {
+			if *p, err = filepath.Abs(*p); err != nil {
+				return f, err
+			}
+		}
+		f.tls = &files
+	}
 	return f, nil
 }
 
@@ -132,16 +172,26 @@ func checkGRPCAddr(a string) error {
 }
 
 // runEnvoyBootstrap prints the bootstrap and returns the exit code.
-func runEnvoyBootstrap(args []string, stdout, stderr io.Writer) int {
-	f, err := parseEnvoyBootstrap(args)
+func runEnvoyBootstrap(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	f, err := parseEnvoyBootstrap(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintf(stdout, "Usage: fugectl %s --node ID [--manager GRPC_ADDR[,...]] [--namespace NS] [--admin-port N] [-o yaml|json]\n\n\t%s\n",
+		fmt.Fprintf(stdout, "Usage: fugectl %s --node ID [--manager GRPC_ADDR[,...]] [--namespace NS] [--admin-port N] [-o yaml|json]\n"+
+			"\t[--tls-dir DIR | --tls-ca FILE --tls-cert FILE --tls-key FILE | --insecure]\n\n\t%s\n",
 			envoyBootstrapName, envoyBootstrapHelp)
 		return exitOK
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fugectl: %v\nRun 'fugectl --help' for usage.\n", err)
 		return exitUsage
+	}
+	if f.tls == nil {
+		fmt.Fprintln(stderr, "fugectl: warning: --insecure: Envoy's ADS stream to the managers is plaintext, with no certificate; only managers run with --insecure accept it")
+	} else {
+		for _, p := range []string{f.tls.CA, f.tls.Cert, f.tls.Key} {
+			if !exists(p) {
+				fmt.Fprintf(stderr, "fugectl: note: %s does not exist here; Envoy reads it where it runs (make a set with fugectl certs init DIR)\n", p)
+			}
+		}
 	}
 	out, err := renderBootstrap(envoyBootstrap(f), f.json)
 	if err == nil {
@@ -180,7 +230,7 @@ func envoyBootstrap(f envoyBootstrapFlags) *bootstrap.Bootstrap {
 				namespaceMetadataKey: structpb.NewStringValue(f.namespace),
 			}},
 		},
-		StaticResources: &bootstrap.Bootstrap_StaticResources{Clusters: []*cluster.Cluster{managers(f.managers)}},
+		StaticResources: &bootstrap.Bootstrap_StaticResources{Clusters: []*cluster.Cluster{managers(f.managers, f.tls)}},
 		DynamicResources: &bootstrap.Bootstrap_DynamicResources{
 			AdsConfig: &core.ApiConfigSource{
 				ApiType:                   core.ApiConfigSource_GRPC,
@@ -197,8 +247,8 @@ func envoyBootstrap(f envoyBootstrapFlags) *bootstrap.Bootstrap {
 
 // managers is the static cluster of the managers' gRPC addresses: STATIC
 // when all are IP addresses, else STRICT_DNS; HTTP/2 with keepalives, so a
-// dead manager's stream is noticed.
-func managers(addrs []string) *cluster.Cluster {
+// dead manager's stream is noticed; mutual TLS when files is not nil.
+func managers(addrs []string, files *fugetls.Files) *cluster.Cluster {
 	kind := cluster.Cluster_STATIC
 	var eps []*endpoint.LbEndpoint
 	for _, a := range addrs {
@@ -233,7 +283,43 @@ func managers(addrs []string) *cluster.Cluster {
 			Endpoints:   []*endpoint.LocalityLbEndpoints{{LbEndpoints: eps}},
 		},
 		TypedExtensionProtocolOptions: map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": h2},
+		TransportSocket:               tlsSocket(files),
 	}
+}
+
+// tlsSocket is the managers' cluster's transport socket: Envoy presents
+// the proxy certificate and accepts a server whose certificate the CA
+// issued and whose URI SAN is a manager's ID, as fugetls's own clients do
+// (host names are not checked, so the same certificates work behind NAT
+// and Services). Envoy reads the files at start: restart it after a
+// rotation. nil (plaintext) when files is nil.
+func tlsSocket(files *fugetls.Files) *core.TransportSocket {
+	if files == nil {
+		return nil
+	}
+	file := func(p string) *core.DataSource {
+		return &core.DataSource{Specifier: &core.DataSource_Filename{Filename: p}}
+	}
+	ctx, err := anypb.New(&tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+		TlsParams: &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2},
+		TlsCertificates: []*tlsv3.TlsCertificate{{
+			CertificateChain: file(files.Cert),
+			PrivateKey:       file(files.Key),
+		}},
+		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+			TrustedCa: file(files.CA),
+			MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+				SanType: tlsv3.SubjectAltNameMatcher_URI,
+				Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: managerIDPrefix}},
+			}},
+		}},
+		// grpc-go servers refuse a TLS client that offers no ALPN.
+		AlpnProtocols: []string{"h2"},
+	}})
+	if err != nil {
+		panic("fugectl: " + err.Error()) // the type is linked in
+	}
+	return &core.TransportSocket{Name: tlsSocketName, ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: ctx}}
 }
 
 func socket(host string, port uint32) *core.Address {

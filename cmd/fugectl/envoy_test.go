@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,9 +12,12 @@ import (
 	bootstrap "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpopts "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"gopkg.in/yaml.v3"
+
+	"github.com/fuge-project/fuge/internal/fugetls"
 )
 
 // parseBootstrap reads fugectl's output as Envoy does: YAML is converted
@@ -109,6 +113,8 @@ func TestEnvoyBootstrap(t *testing.T) {
 			"e", "default", []string{"127.0.0.1 7401"}, cluster.Cluster_STATIC, 9901},
 		{"global flags first", []string{"--manager", "10.0.0.9:1", "-o=json", "envoy-bootstrap", "--node", "e"}, false,
 			"e", "default", []string{"10.0.0.9 1"}, cluster.Cluster_STATIC, 9901},
+		{"TLS flags first", []string{"--tls-dir", testCerts, "--insecure=false", "--token-file", "t", "envoy-bootstrap", "--node", "e"}, true,
+			"e", "default", []string{"127.0.0.1 7401"}, cluster.Cluster_STATIC, 9901},
 		// Values YAML would read as numbers or booleans stay strings.
 		{"quoting", []string{"envoy-bootstrap", "--node", "123", "--namespace", "true"}, true,
 			"123", "true", []string{"127.0.0.1 7401"}, cluster.Cluster_STATIC, 9901},
@@ -121,9 +127,127 @@ func TestEnvoyBootstrap(t *testing.T) {
 			if isJSON := strings.HasPrefix(out, "{"); isJSON == c.yaml {
 				t.Errorf("output is JSON: %v, want YAML: %v", isJSON, c.yaml)
 			}
-			checkBootstrap(t, parseBootstrap(t, out, c.yaml), c.node, c.ns, c.managers, c.kind, c.adminPort)
+			b := parseBootstrap(t, out, c.yaml)
+			checkBootstrap(t, b, c.node, c.ns, c.managers, c.kind, c.adminPort)
+			files := fugetls.DirFiles(testCerts, fugetls.ProxyBase)
+			checkTLSSocket(t, b, &files)
 		})
 	}
+}
+
+// checkTLSSocket checks the managers' cluster's transport socket: mutual
+// TLS with files (absolute paths), accepting only managers' IDs; none
+// when files is nil.
+func checkTLSSocket(t *testing.T, b *bootstrap.Bootstrap, files *fugetls.Files) {
+	t.Helper()
+	ts := b.GetStaticResources().GetClusters()[0].GetTransportSocket()
+	if files == nil {
+		if ts != nil {
+			t.Errorf("transport socket %v, want none (plaintext)", ts)
+		}
+		return
+	}
+	if ts.GetName() != "envoy.transport_sockets.tls" {
+		t.Fatalf("transport socket %v, want envoy.transport_sockets.tls", ts)
+	}
+	var tc tlsv3.UpstreamTlsContext
+	if err := ts.GetTypedConfig().UnmarshalTo(&tc); err != nil {
+		t.Fatalf("transport socket's typed_config: %v", err)
+	}
+	if err := tc.ValidateAll(); err != nil {
+		t.Fatalf("invalid UpstreamTlsContext: %v", err)
+	}
+	common := tc.GetCommonTlsContext()
+	certs := common.GetTlsCertificates()
+	if len(certs) != 1 || certs[0].GetCertificateChain().GetFilename() != files.Cert || certs[0].GetPrivateKey().GetFilename() != files.Key {
+		t.Errorf("tls_certificates %v, want %s and %s", certs, files.Cert, files.Key)
+	}
+	for _, p := range []string{files.CA, files.Cert, files.Key} {
+		if !filepath.IsAbs(p) {
+			t.Errorf("%s is not an absolute path", p)
+		}
+	}
+	vc := common.GetValidationContext()
+	if vc.GetTrustedCa().GetFilename() != files.CA {
+		t.Errorf("trusted_ca %v, want %s", vc.GetTrustedCa(), files.CA)
+	}
+	sans := vc.GetMatchTypedSubjectAltNames()
+	if len(sans) != 1 || sans[0].GetSanType() != tlsv3.SubjectAltNameMatcher_URI ||
+		sans[0].GetMatcher().GetPrefix() != "spiffe://fuge/manager/" || sans[0].GetMatcher().GetIgnoreCase() {
+		t.Errorf("match_typed_subject_alt_names %v, want one URI prefix spiffe://fuge/manager/", sans)
+	}
+	if !strings.HasPrefix(fugetls.ManagerID("m1").String(), sans[0].GetMatcher().GetPrefix()) {
+		t.Errorf("a manager's ID %v does not match %v", fugetls.ManagerID("m1"), sans[0])
+	}
+	if !slices.Equal(common.GetAlpnProtocols(), []string{"h2"}) {
+		t.Errorf("alpn_protocols %v, want h2 (grpc-go servers need it)", common.GetAlpnProtocols())
+	}
+}
+
+// TestEnvoyBootstrapTLS: where the files come from, and --insecure.
+func TestEnvoyBootstrapTLS(t *testing.T) {
+	dir := t.TempDir()
+	rel, err := filepath.Rel(mustGetwd(t), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs := func(p string) string {
+		a, err := filepath.Abs(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	for _, c := range []struct {
+		name   string
+		env    map[string]string
+		args   []string
+		want   *fugetls.Files
+		stderr string // "" or what it must contain
+	}{
+		{"flag dir, relative", nil, []string{"--tls-dir", rel},
+			&fugetls.Files{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, "proxy.crt"), Key: filepath.Join(dir, "proxy.key")},
+			"does not exist here"},
+		{"env dir", map[string]string{tlsDirEnv: testCerts}, nil, ptr(fugetls.DirFiles(testCerts, fugetls.ProxyBase)), ""},
+		{"files", nil, []string{"--tls-ca", "a/ca.pem", "--tls-cert", "b/envoy.pem", "--tls-key", "/c/envoy.key"},
+			&fugetls.Files{CA: abs("a/ca.pem"), Cert: abs("b/envoy.pem"), Key: "/c/envoy.key"}, "does not exist here"},
+		{"env files", map[string]string{tlsCAEnv: "/x/ca", tlsCertEnv: "/x/c", tlsKeyEnv: "/x/k"}, nil,
+			&fugetls.Files{CA: "/x/ca", Cert: "/x/c", Key: "/x/k"}, "/x/ca does not exist here"},
+		{"insecure", nil, []string{"--insecure"}, nil, "--insecure"},
+		{"env insecure", map[string]string{insecureEnv: "1"}, nil, nil, "plaintext"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errOut := fugectl(t, c.env, append([]string{"envoy-bootstrap", "--node", "e", "-o", "json"}, c.args...)...)
+			if code != exitOK {
+				t.Fatalf("exit %d, stderr %q", code, errOut)
+			}
+			if c.stderr == "" && errOut != "" || !strings.Contains(errOut, c.stderr) {
+				t.Errorf("stderr %q, want %q", errOut, c.stderr)
+			}
+			checkTLSSocket(t, parseBootstrap(t, out, false), c.want)
+		})
+	}
+}
+
+// TestEnvoyBootstrapInsecureFirst: a boolean flag before the command
+// takes no value, so envoy-bootstrap is still found.
+func TestEnvoyBootstrapInsecureFirst(t *testing.T) {
+	code, out, errOut := fugectl(t, nil, "--insecure", "envoy-bootstrap", "--node", "e")
+	if code != exitOK || !strings.Contains(errOut, "--insecure") {
+		t.Fatalf("exit %d, stderr %q; want 0 and a warning", code, errOut)
+	}
+	checkTLSSocket(t, parseBootstrap(t, out, true), nil)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func mustGetwd(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wd
 }
 
 func TestEnvoyBootstrapErrors(t *testing.T) {
@@ -143,6 +267,7 @@ func TestEnvoyBootstrapErrors(t *testing.T) {
 		{"output", []string{"--node", "e", "-o", "table"}, []string{`-o "table"`, "yaml or json"}},
 		{"argument", []string{"--node", "e", "extra"}, []string{`"extra"`}},
 		{"unknown flag", []string{"--node", "e", "--ring-size", "8"}, []string{"ring-size"}},
+		{"some TLS files", []string{"--node", "e", "--tls-ca", "ca.pem"}, []string{"--tls-ca, --tls-cert and --tls-key go together"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, out, errOut := fugectl(t, nil, append([]string{"envoy-bootstrap"}, c.args...)...)
@@ -165,6 +290,10 @@ func TestEnvoyBootstrapHelp(t *testing.T) {
 	}
 }
 
+// exampleCerts is where examples/envoy/bootstrap.yaml expects the
+// certificates (a container's mount, say).
+const exampleCerts = "/etc/fuge-certs"
+
 // TestEnvoyExampleBootstrap: examples/envoy/bootstrap.yaml is what
 // fugectl prints today (its comment lines aside).
 func TestEnvoyExampleBootstrap(t *testing.T) {
@@ -179,8 +308,8 @@ func TestEnvoyExampleBootstrap(t *testing.T) {
 			lines = append(lines, line)
 		}
 	}
-	code, out, errOut := fugectl(t, nil, "envoy-bootstrap", "--node", "envoy-1", "--namespace", "default")
-	if code != exitOK || errOut != "" {
+	code, out, errOut := fugectl(t, nil, "envoy-bootstrap", "--node", "envoy-1", "--namespace", "default", "--tls-dir", exampleCerts)
+	if code != exitOK {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	if got := strings.Join(lines, ""); got != out {

@@ -1,12 +1,15 @@
 // Command fugectl is the terminal client for Fuge managers: it shows the
 // cluster, namespaces, rings, leases and owners, and creates and deletes
-// namespaces and drains owners, through the managers' admin HTTP API.
+// namespaces and drains owners, through the managers' admin HTTP API, over
+// mutual TLS with an admin certificate. It also makes the certificates
+// (certs init, certs issue) and Envoy's bootstrap.
 //
 // Run fugectl --help for the commands; cmd/README.md has examples.
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fuge-project/fuge/cmd/internal/admin"
+	"github.com/fuge-project/fuge/internal/fugetls"
 )
 
 // Exit codes.
@@ -36,11 +40,13 @@ func main() {
 
 // command is one fugectl command.
 type command struct {
-	name  string // "namespaces create"
-	args  []string
-	help  string
-	flags func(*flag.FlagSet, *createFlags) // command flags, if any
-	run   func(c *cli, ctx context.Context, args []string) error
+	name      string // "namespaces create"
+	args      []string
+	help      string
+	flags     func(*flag.FlagSet, *cmdFlags) // command flags, if any
+	flagsHelp string                         // how they read in the usage line
+	local     bool                           // talks to no manager
+	run       func(c *cli, ctx context.Context, args []string) error
 }
 
 func commands() []command {
@@ -48,7 +54,7 @@ func commands() []command {
 		{name: "status", help: "role, leader, term and log index; per namespace its owners and arcs per state", run: (*cli).status},
 		{name: "cluster", help: "this node's view of raft: role, leader, term, indexes and members", run: (*cli).cluster},
 		{name: "namespaces", help: "list the namespaces", run: (*cli).namespaces},
-		{name: "namespaces create", args: []string{"NAME"}, flags: createFlagSet,
+		{name: "namespaces create", args: []string{"NAME"}, flags: createFlagSet, flagsHelp: "[--ring-size N] [--header H] [--lease-duration D]",
 			help: "create a namespace (zero flags take the manager's defaults)", run: (*cli).createNamespace},
 		{name: "namespaces delete", args: []string{"NAME"}, help: "delete a namespace", run: (*cli).deleteNamespace},
 		{name: "ring", args: []string{"NS"}, help: "the ring NS is moving toward: each entry's position, owner and index", run: (*cli).ring},
@@ -56,6 +62,13 @@ func commands() []command {
 		{name: "owners", args: []string{"NS"}, help: "the live owner sessions, their virtual nodes and last contact", run: (*cli).owners},
 		{name: "drain", args: []string{"NS", "OWNER"}, help: "take OWNER out of the ring of NS; its arcs move to the others", run: (*cli).drain},
 		{name: envoyBootstrapName, help: envoyBootstrapHelp}, // run by runEnvoyBootstrap, with flags of its own
+		{name: "certs init", args: []string{"DIR"}, flags: certsFlagSet, flagsHelp: "[--host H ...] [--owner NS/NAME ...]", local: true,
+			help: "write a development CA and certificates into DIR: manager, proxy, admin (fugectl's) and the owners named;\n" +
+				"\t--host adds a manager host name or IP address (localhost and 127.0.0.1 are always in); refuses to overwrite", run: (*cli).certsInit},
+		{name: "certs issue", args: []string{"DIR"}, flags: certsFlagSet, local: true,
+			flagsHelp: "(--owner NS/NAME | --proxy NAME | --admin NAME | --manager NAME [--host H ...])",
+			help: "issue one certificate with the CA in DIR, into DIR (owner-NS-NAME, proxy, admin or manager .crt and .key;\n" +
+				"\ta new one replaces the old, and running processes pick it up)", run: (*cli).certsIssue},
 	}
 }
 
@@ -65,24 +78,34 @@ type globals struct {
 	output    string
 	timeout   time.Duration
 	tokenFile string
+	tls       fugetls.Options
 }
 
+// register adds the global flags to fs, but not --manager when a command
+// has a --manager of its own (certs issue).
 func (g *globals) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.manager, "manager", g.manager, "")
+	if fs.Lookup("manager") == nil {
+		fs.StringVar(&g.manager, "manager", g.manager, "")
+	}
 	fs.StringVar(&g.output, "o", g.output, "")
 	fs.StringVar(&g.output, "output", g.output, "")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "")
 	fs.StringVar(&g.tokenFile, "token-file", g.tokenFile, "")
+	registerTLS(fs, &g.tls)
 }
 
-// createFlags are the flags of namespaces create.
-type createFlags struct {
+// cmdFlags are the flags of single commands.
+type cmdFlags struct {
+	// namespaces create
 	ringSize      int
 	header        string
 	leaseDuration string
+	// certs init and issue
+	hosts, owners                     listFlag
+	proxyName, adminName, managerName string
 }
 
-func createFlagSet(fs *flag.FlagSet, f *createFlags) {
+func createFlagSet(fs *flag.FlagSet, f *cmdFlags) {
 	fs.IntVar(&f.ringSize, "ring-size", 0, "")
 	fs.StringVar(&f.header, "header", "", "")
 	fs.StringVar(&f.leaseDuration, "lease-duration", "", "")
@@ -99,22 +122,33 @@ func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(forma
 // clock that "12s ago" is relative to.
 func run(ctx context.Context, args []string, getenv func(string) string, now func() time.Time, stdout, stderr io.Writer) int {
 	if rest, ok := envoyBootstrapArgs(args); ok {
-		return runEnvoyBootstrap(rest, stdout, stderr)
+		return runEnvoyBootstrap(rest, getenv, stdout, stderr)
 	}
 	c, cmd, rest, err := parse(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		usage(stdout)
 		return exitOK
 	}
+	var certErr certError
+	if errors.As(err, &certErr) {
+		fmt.Fprintf(stderr, "fugectl: %v\n", err)
+		return exitUsage
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fugectl: %v\nRun 'fugectl --help' for usage.\n", err)
 		return exitUsage
 	}
 	c.out, c.errOut, c.now = stdout, stderr, now
+	if c.insecure && !cmd.local {
+		fmt.Fprintln(stderr, insecureWarning)
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	if err := cmd.run(c, ctx, rest); err != nil {
 		fmt.Fprintf(stderr, "fugectl: %v\n", err)
+		if errors.As(err, new(usageError)) {
+			return exitUsage // a command's own check of its flags
+		}
 		return exitError
 	}
 	return exitOK
@@ -127,9 +161,13 @@ func parse(args []string, getenv func(string) string) (*cli, command, []string, 
 	if g.manager == "" {
 		g.manager = defaultManager
 	}
+	var err error
+	if g.tls, err = tlsFromEnv(getenv); err != nil {
+		return nil, command{}, nil, err
+	}
 	fs := newFlagSet("fugectl")
 	g.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err = fs.Parse(args); err != nil {
 		return nil, command{}, nil, flagError(err)
 	}
 	words := fs.Args()
@@ -149,14 +187,26 @@ func parse(args []string, getenv func(string) string) (*cli, command, []string, 
 		}
 	}
 	if !found {
-		return nil, command{}, nil, usagef("unknown command %q", words[0])
+		var subs []string
+		for _, c := range commands() {
+			if w := strings.Fields(c.name); len(w) > 1 && w[0] == words[0] {
+				subs = append(subs, w[1])
+			}
+		}
+		if len(subs) > 0 && (len(words) == 1 || strings.HasPrefix(words[1], "-")) {
+			return nil, command{}, nil, usagef("%s needs one of: %s", words[0], strings.Join(subs, ", "))
+		}
+		return nil, command{}, nil, usagef("unknown command %q", strings.Join(words[:min(2, len(words))], " "))
+	}
+	if cmd.run == nil { // envoy-bootstrap after "--": runEnvoyBootstrap did not see it
+		return nil, command{}, nil, usagef("usage: fugectl %s [flags], with no \"--\" before it", cmd.name)
 	}
 	fs = newFlagSet("fugectl " + cmd.name)
-	g.register(fs)
-	var cf createFlags
+	var cf cmdFlags
 	if cmd.flags != nil {
 		cmd.flags(fs, &cf)
 	}
+	g.register(fs)
 	pos, err := parseInterspersed(fs, words[len(strings.Fields(cmd.name)):])
 	if err != nil {
 		return nil, command{}, nil, flagError(err)
@@ -183,8 +233,21 @@ func parse(args []string, getenv func(string) string) (*cli, command, []string, 
 			return nil, command{}, nil, usagef("--lease-duration %q: want a positive duration such as 30s", cf.leaseDuration)
 		}
 	}
-	client, err := admin.New(strings.Split(g.manager, ","), nil)
+	c := &cli{json: g.output == "json", timeout: g.timeout, flags: cf, insecure: g.tls.Insecure}
+	if cmd.local {
+		return c, cmd, pos, nil
+	}
+	src, err := loadTLS(g.tls, fugetls.AdminBase, "an admin certificate")
 	if err != nil {
+		return nil, command{}, nil, err
+	}
+	var conf *tls.Config
+	if src != nil {
+		conf = src.ClientConfig(fugetls.RoleManager)
+	}
+	if c.client, err = admin.New(strings.Split(g.manager, ","), conf); errors.Is(err, admin.ErrScheme) {
+		return nil, command{}, nil, usagef("--manager: %v (plain http:// needs --insecure, and https:// goes without it)", err)
+	} else if err != nil {
 		return nil, command{}, nil, usagef("--manager: %v", err)
 	}
 	if g.tokenFile != "" {
@@ -192,9 +255,8 @@ func parse(args []string, getenv func(string) string) (*cli, command, []string, 
 		if err != nil {
 			return nil, command{}, nil, usagef("--token-file: %v", err)
 		}
-		client.SetToken(tok)
+		c.client.SetToken(tok)
 	}
-	c := &cli{client: client, json: g.output == "json", timeout: g.timeout, create: cf}
 	return c, cmd, pos, nil
 }
 
@@ -252,14 +314,15 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `Usage: fugectl [flags] COMMAND [ARGS] [flags]
 
 fugectl shows and changes the state of Fuge managers through their admin
-HTTP API.
+HTTP API, over mutual TLS with an admin certificate (--tls-dir), and makes
+the certificates (certs init, certs issue).
 
 Commands:
 `)
 	for _, c := range commands() {
 		line := strings.Join(append([]string{c.name}, c.args...), " ")
-		if c.flags != nil {
-			line += " [--ring-size N] [--header H] [--lease-duration D]"
+		if c.flagsHelp != "" {
+			line += " " + c.flagsHelp
 		}
 		fmt.Fprintf(w, "  %s\n\t%s\n", line, c.help)
 	}
@@ -276,13 +339,31 @@ Flags, anywhere on the line:
 	admin token sent as a bearer token, needed for namespace create and
 	delete, drain and join when the manager has --admin-token-file
 	(env %s)
+  --tls-dir DIR
+	certificates as certs init writes them: fugectl presents admin.crt
+	(admin.key) and accepts a manager whose certificate ca.crt issued
+	(default %s; env %s)
+  --tls-ca, --tls-cert, --tls-key FILE
+	the CA bundle, certificate and key instead of --tls-dir, all three
+	(env %s, %s, %s)
+  --insecure
+	plain http and no certificate, for a manager run with --insecure
+	(tests only; env %s=true)
 
 Flags of namespaces create:
   --ring-size N       ring size R, a power of two (default the manager's: 4096)
   --header H          routing header (default the manager's: X-Fuge-Key)
   --lease-duration D  owner lease T (default the manager's --lease-duration)
 
+Flags of certs init and certs issue:
+  --host H            a manager's DNS name or IP address, for clients that
+                      check host names (proxyless gRPC's xDS "tls"
+                      credentials); repeatable
+  --owner NS/NAME     an owner of namespace NS named NAME; repeatable in init
+  --proxy NAME, --admin NAME, --manager NAME
+                      the one identity certs issue writes
+
 Exit status: 0 on success, 1 when a manager refuses or none answers, 2 for a
-bad command line.
-`, defaultManager, managerEnv, tokenFileEnv)
+bad command line or missing certificates.
+`, defaultManager, managerEnv, tokenFileEnv, fugetls.DefaultDir, tlsDirEnv, tlsCAEnv, tlsCertEnv, tlsKeyEnv, insecureEnv)
 }

@@ -3,16 +3,41 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fuge-project/fuge/internal/fugetls"
 )
+
+// testCerts is a certificate directory as fugectl certs init writes it,
+// shared by the tests: the fake managers serve manager.crt, and fugectl
+// presents admin.crt (FUGECTL_TLS_DIR).
+var testCerts string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fugectl-test-certs-")
+	if err == nil {
+		testCerts = dir
+		err = fugetls.InitDir(dir, fugetls.InitOptions{Now: time.Now()})
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 // now is the test's clock; the canned times below are relative to it.
 var testNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -59,20 +84,45 @@ func cannedAPI() map[string]answer {
 // request is what the fake manager saw.
 type request struct{ method, path, body string }
 
-// fakeManager serves answers on 127.0.0.1 and records the requests.
+// fakeManager serves answers on 127.0.0.1 and records the requests and
+// who sent them.
 type fakeManager struct {
 	*httptest.Server
-	mu   sync.Mutex
-	seen []request
+	mu      sync.Mutex
+	seen    []request
+	callers []string // the client certificates' IDs, "" for none
 }
 
+// newFakeManager serves answers over https, with the manager certificate
+// of testCerts, asking for a client certificate as the manager does.
 func newFakeManager(t *testing.T, answers map[string]answer) *fakeManager {
 	t.Helper()
+	src, err := fugetls.NewSource(fugetls.DirFiles(testCerts, fugetls.ManagerBase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newPlainFakeManager(t, answers, func(s *httptest.Server) {
+		s.Listener = tls.NewListener(s.Listener, src.ServerConfig(true))
+	})
+	f.URL = "https://" + f.addr()
+	return f
+}
+
+// newPlainFakeManager serves answers over plain http, as a manager run with
+// --insecure; wrap, if not nil, may change the server before it starts.
+func newPlainFakeManager(t *testing.T, answers map[string]answer, wrap func(*httptest.Server)) *fakeManager {
+	t.Helper()
 	f := &fakeManager{}
-	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	f.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		caller := ""
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			id, _ := fugetls.PeerID(*r.TLS)
+			caller = id.String()
+		}
 		f.mu.Lock()
 		f.seen = append(f.seen, request{r.Method, r.URL.EscapedPath(), string(body)})
+		f.callers = append(f.callers, caller)
 		f.mu.Unlock()
 		a, ok := answers[r.Method+" "+r.URL.EscapedPath()]
 		if !ok {
@@ -84,6 +134,10 @@ func newFakeManager(t *testing.T, answers map[string]answer) *fakeManager {
 		w.WriteHeader(a.status)
 		io.WriteString(w, a.body)
 	}))
+	if wrap != nil {
+		wrap(f.Server)
+	}
+	f.Start()
 	t.Cleanup(f.Close)
 	return f
 }
@@ -96,11 +150,24 @@ func (f *fakeManager) requests() []request {
 	return append([]request(nil), f.seen...)
 }
 
-// fugectl runs one command line with FUGE_MANAGER from env.
+func (f *fakeManager) who() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.callers...)
+}
+
+// fugectl runs one command line with the environment env, where
+// FUGECTL_TLS_DIR is testCerts unless env has it.
 func fugectl(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	getenv := func(k string) string {
+		if v, ok := env[k]; ok || k != tlsDirEnv {
+			return v
+		}
+		return testCerts
+	}
 	var out, errOut bytes.Buffer
-	code = run(context.Background(), args, func(k string) string { return env[k] }, func() time.Time { return testNow }, &out, &errOut)
+	code = run(context.Background(), args, getenv, func() time.Time { return testNow }, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -374,7 +441,7 @@ func TestHelp(t *testing.T) {
 				t.Errorf("%q does not list %q", args, c.name)
 			}
 		}
-		for _, w := range []string{"FUGE_MANAGER", "127.0.0.1:7402", "--ring-size", "-o, --output"} {
+		for _, w := range []string{"FUGE_MANAGER", "127.0.0.1:7402", "--ring-size", "-o, --output", "--tls-dir", "FUGECTL_TLS_DIR", "fuge-certs", "--insecure", "--owner NS/NAME"} {
 			if !strings.Contains(out, w) {
 				t.Errorf("%q does not mention %q", args, w)
 			}
@@ -392,7 +459,7 @@ func TestFallback(t *testing.T) {
 		args []string
 	}{
 		{"flag", nil, []string{"--manager", dead + "," + m.addr(), "namespaces"}},
-		{"env", map[string]string{"FUGE_MANAGER": dead + ",http://" + m.addr() + "/"}, []string{"namespaces"}},
+		{"env", map[string]string{"FUGE_MANAGER": dead + ",https://" + m.addr() + "/"}, []string{"namespaces"}},
 		{"post", nil, []string{"--manager", dead + "," + m.addr(), "drain", "default", "b1"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

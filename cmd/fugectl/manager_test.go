@@ -9,6 +9,9 @@ import (
 	"github.com/fuge-project/fuge/manager"
 )
 
+// insecure is the environment of fugectl for a manager without TLS.
+var insecure = map[string]string{insecureEnv: "true"}
+
 // startManager starts a real single-node manager on 127.0.0.1 with fast raft
 // timers and waits until its admin API lists the namespace "default".
 func startManager(t *testing.T) string {
@@ -40,7 +43,7 @@ func startManager(t *testing.T) string {
 	tick := time.NewTicker(10 * time.Millisecond) // polling interval, not a guess at how long
 	defer tick.Stop()
 	for {
-		code, out, _ := fugectl(t, nil, "--manager", addr, "namespaces")
+		code, out, _ := fugectl(t, insecure, "--manager", addr, "namespaces")
 		if code == exitOK && strings.Contains(out, "default") {
 			return addr
 		}
@@ -78,7 +81,7 @@ func TestAgainstManager(t *testing.T) {
 		{[]string{"namespaces", "delete", "carts"}, exitError, []string{"fugectl: manager: unknown namespace"}},
 		{[]string{"-o", "json", "namespaces"}, exitOK, []string{`"name": "default",`, `"ring_size": 64,`}},
 	} {
-		code, out, errOut := fugectl(t, nil, append([]string{"--manager", addr}, c.args...)...)
+		code, out, errOut := fugectl(t, insecure, append([]string{"--manager", addr}, c.args...)...)
 		all := collapse(out + errOut)
 		if code != c.wantCode {
 			t.Errorf("%q: exit %d, want %d; output:\n%s%s", c.args, code, c.wantCode, out, errOut)
