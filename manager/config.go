@@ -26,6 +26,10 @@ var (
 	// ring other than the lease ring. The refused owner retries, and is let
 	// in once the other one leaves or its session expires.
 	ErrAddressInUse = errors.New("manager: address in use by another live owner")
+	// ErrNamespaceFull refuses a new owner name in a namespace that has as
+	// many live sessions as its ring has entries: a further owner would get
+	// no virtual node, and each costs the leader memory and time.
+	ErrNamespaceFull = errors.New("manager: namespace full")
 )
 
 // DefaultLeaseDuration is the default owner lease T. The manager holds a

@@ -35,7 +35,8 @@ type Stats struct {
 	Refused, SessionExpiries, RaceResends   uint64
 	Leaves                                  uint64 // clean leaves accepted (lease.LeaseRequest.Leaving)
 	RefusedAddr                             uint64 // sessions refused: their address was another live owner's
-	RefusedOversize                         uint64 // requests listing more ranges than the ring has arcs
+	RefusedOversize                         uint64 // requests listing more ranges than MaxRangesPerRing allows
+	RefusedFull                             uint64 // new owner names refused: ErrNamespaceFull
 	LookupSnapshots, LookupDeltas           uint64
 }
 

@@ -323,3 +323,25 @@ func TestSecondOwnerOnAnAddressIsRefused(t *testing.T) {
 		t.Fatalf("b on the address of an owner that left: %v", err)
 	}
 }
+
+func TestNamespaceFullRefusesNewNames(t *testing.T) {
+	m := newTestManager(t, 4)
+	var os []*owner
+	for i := range 4 {
+		os = append(os, &owner{name: string(rune('a' + i)), nonce: uint64(i + 1)})
+	}
+	exchange(t, m, t0, os...)
+	before, _ := m.State("ns")
+	e := &owner{name: "e", nonce: 9}
+	if _, err := m.Request(e.request(), t0); !errors.Is(err, ErrNamespaceFull) {
+		t.Fatalf("a fifth owner on a ring of 4: err = %v, want ErrNamespaceFull", err)
+	}
+	if after, _ := m.State("ns"); !reflect.DeepEqual(before, after) {
+		t.Errorf("a refused session changed the state:\n before %+v\n after  %+v", before, after)
+	}
+	// A new incarnation of a present name is not a new owner.
+	a2 := &owner{name: "a", nonce: 5}
+	if _, err := m.Request(a2.request(), t0); err != nil {
+		t.Fatalf("a's new incarnation in a full namespace: %v", err)
+	}
+}

@@ -249,6 +249,11 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 			return Output{}, fmt.Errorf("%w: %s is %q's until it leaves or expires (up to %v after its last renewal)",
 				ErrAddressInUse, req.Addr, other, n.hold)
 		}
+		if s == nil && len(n.sessions) >= n.cfg.RingSize {
+			st.RefusedFull++
+			return Output{}, fmt.Errorf("%w: %q has %d owners, as many as its ring size; %q is refused until one leaves or expires",
+				ErrNamespaceFull, n.cfg.Name, len(n.sessions), req.Owner)
+		}
 		old := s
 		s = newSession(req.Owner, req.Addr, req.Nonce)
 		if old != nil {

@@ -148,6 +148,8 @@ func (o *ownerService) streamError(ctx context.Context, err error) error {
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, ErrBadRequest):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, ErrNamespaceFull):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	}
 	return err
 }
