@@ -17,6 +17,7 @@ import (
 	// Raises grpc-go's ring size cap before grpc-go reads it, so that
 	// namespaces with R > 4096 are routed by the whole ring.
 	_ "github.com/fuge-project/fuge/examples/grpc/kv/ringhashcap"
+	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/xds"
 )
 
@@ -24,21 +25,41 @@ import (
 var ErrNoManagers = errors.New("kv: no manager addresses")
 
 // Bootstrap returns a grpc-go xDS bootstrap (gRFC A27) for a client of
-// namespace: the managers as its xDS servers, over plaintext, tried in
-// order, and a node named node whose metadata names the namespace
-// (xds.NamespaceMetadataKey), which is how the manager knows which
-// namespace's Listener, route, cluster and endpoints to send. Write it to a
-// file named by GRPC_XDS_BOOTSTRAP, or put it in GRPC_XDS_BOOTSTRAP_CONFIG,
-// for any grpc-go program to dial xds:///<namespace>.
-func Bootstrap(managers []string, namespace, node string) ([]byte, error) {
+// namespace: the managers as its xDS servers, tried in order, and a node
+// named node whose metadata names the namespace (xds.NamespaceMetadataKey),
+// which is how the manager knows which namespace's Listener, route, cluster
+// and endpoints to send. Write it to a file named by GRPC_XDS_BOOTSTRAP, or
+// put it in GRPC_XDS_BOOTSTRAP_CONFIG, for any grpc-go program to dial
+// xds:///<namespace>.
+//
+// With files, the xDS channel is mutual TLS: grpc-go's "tls" channel
+// credentials (gRFC A65) present files.Cert and files.Key (a proxy
+// certificate: the managers serve xDS to proxies) and check the manager's
+// certificate against files.CA and its host name against the server URI,
+// so a manager's address must be among its certificate's hosts
+// (fugectl certs init --host). grpc-go re-reads the files every minute
+// (refresh_interval), and resolves relative paths against its working
+// directory.
+// With nil files the channel is plaintext, for managers run with
+// --insecure.
+func Bootstrap(managers []string, namespace, node string, files *fugetls.Files) ([]byte, error) {
 	if len(managers) == 0 {
 		return nil, ErrNoManagers
+	}
+	creds := map[string]any{"type": "insecure"}
+	if files != nil {
+		creds = map[string]any{"type": "tls", "config": map[string]any{
+			"ca_certificate_file": files.CA,
+			"certificate_file":    files.Cert,
+			"private_key_file":    files.Key,
+			"refresh_interval":    "60s", // grpc-go's default is an hour
+		}}
 	}
 	var servers []any
 	for _, m := range managers {
 		servers = append(servers, map[string]any{
 			"server_uri":      m,
-			"channel_creds":   []any{map[string]any{"type": "insecure"}},
+			"channel_creds":   []any{creds},
 			"server_features": []string{"xds_v3"},
 		})
 	}
@@ -54,17 +75,18 @@ func Bootstrap(managers []string, namespace, node string) ([]byte, error) {
 
 // Dial returns a client of xds:///<namespace>. If GRPC_XDS_BOOTSTRAP or
 // GRPC_XDS_BOOTSTRAP_CONFIG is set, grpc-go's registered xds resolver reads
-// its bootstrap from there and managers and node are ignored. Otherwise the
-// bootstrap is Bootstrap(managers, namespace, node), handed to grpc-go
-// through xds.NewXDSResolverWithConfigForTesting: grpc-go reads its
-// bootstrap variables once, when the program starts, so a program cannot
-// set them for itself, and that is grpc-go's only public way to pass a
-// bootstrap in code (it marks it experimental). opts are added to the
-// defaults (plaintext).
-func Dial(managers []string, namespace, node string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+// its bootstrap from there and managers, node and files are ignored.
+// Otherwise the bootstrap is Bootstrap(managers, namespace, node, files),
+// handed to grpc-go through xds.NewXDSResolverWithConfigForTesting: grpc-go
+// reads its bootstrap variables once, when the program starts, so a program
+// cannot set them for itself, and that is grpc-go's only public way to pass
+// a bootstrap in code (it marks it experimental). files secure the xDS
+// channel to the managers only: calls to the kv servers are plaintext
+// (opts are added to that default).
+func Dial(managers []string, namespace, node string, files *fugetls.Files, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
 	if os.Getenv("GRPC_XDS_BOOTSTRAP") == "" && os.Getenv("GRPC_XDS_BOOTSTRAP_CONFIG") == "" {
-		b, err := Bootstrap(managers, namespace, node)
+		b, err := Bootstrap(managers, namespace, node, files)
 		if err != nil {
 			return nil, err
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fuge-project/fuge/examples/grpc/kv"
 	"github.com/fuge-project/fuge/internal/fugetest"
+	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/ownerguard"
 	"github.com/fuge-project/fuge/ring"
@@ -68,11 +69,15 @@ func retry(ctx context.Context, fn func() error) error {
 // build a smaller ring and keep sending many keys to the wrong server.
 func TestThroughXDS(t *testing.T) {
 	for _, r := range []int{256, 65536} {
-		t.Run("R="+strconv.Itoa(r), func(t *testing.T) { throughXDS(t, r) })
+		t.Run("R="+strconv.Itoa(r), func(t *testing.T) { throughXDS(t, r, false) })
 	}
+	// Mutual TLS: the servers hold their names' owner certificates, and
+	// grpc-go's xDS client reaches the manager with the "tls" channel
+	// credentials of the bootstrap (gRFC A65) and a proxy certificate.
+	t.Run("TLS", func(t *testing.T) { throughXDS(t, 256, true) })
 }
 
-func throughXDS(t *testing.T, r int) {
+func throughXDS(t *testing.T, r int, withTLS bool) {
 	// A longer lease at R = 65536: an owner request there costs the
 	// manager milliseconds (tens under -race), and renewals every 0.5 s
 	// would let leases lapse on a loaded machine.
@@ -80,7 +85,7 @@ func throughXDS(t *testing.T, r int) {
 	if r > 4096 {
 		T = 10 * time.Second
 	}
-	m := fugetest.StartManager(t, fugetest.Options{RingSize: r, T: T})
+	m := fugetest.StartManager(t, fugetest.Options{RingSize: r, T: T, TLS: withTLS})
 	for _, name := range []string{"s1", "s2"} {
 		ln := listen(t)
 		o := m.Owner(t, name, ln.Addr().String(), nil)
@@ -88,7 +93,12 @@ func throughXDS(t *testing.T, r int) {
 	}
 	l := m.Lookup(t, "l", nil)
 	m.Settled(t, l, "s1", "s2")
-	cc, err := kv.Dial([]string{m.GRPCAddr}, m.NS, "kv-test")
+	var files *fugetls.Files
+	if withTLS {
+		f := fugetls.DirFiles(m.CertDir, fugetls.ProxyBase)
+		files = &f
+	}
+	cc, err := kv.Dial([]string{m.GRPCAddr}, m.NS, "kv-test", files)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,11 @@
 //	kv-client -manager 127.0.0.1:7401 get alice
 //	kv-client -manager 127.0.0.1:7401 -print-bootstrap > bootstrap.json
 //
+// Its xDS stream to the managers is mutual TLS with the proxy certificate in
+// --tls-dir (default fuge-certs, as fugectl certs init writes it), or
+// --tls-ca, --tls-cert and --tls-key; --insecure for managers run with
+// --insecure. The paths go into the bootstrap as absolute paths.
+//
 // It prints the value (get) and, on stderr, which server answered under
 // which lease generation. A call refused as misdirected while a range
 // changes hands is tried again until -timeout. Exit 1 means the call failed
@@ -19,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -28,6 +34,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fuge-project/fuge/examples/grpc/kv"
+	"github.com/fuge-project/fuge/examples/internal/tlsflags"
+	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/ownerguard"
 )
 
@@ -43,6 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	node := fs.String("node", "kv-client", "the xDS node id")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
 	printBootstrap := fs.Bool("print-bootstrap", false, "print the grpc-go xDS bootstrap and exit")
+	tlsOpts := tlsflags.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: kv-client [flags] get KEY | put KEY VALUE | -print-bootstrap")
 		fs.PrintDefaults()
@@ -51,8 +60,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	ms := strings.Split(*managers, ",")
+	files, err := xdsFiles(tlsOpts, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "kv-client:", err)
+		return 2
+	}
 	if *printBootstrap {
-		b, err := kv.Bootstrap(ms, *namespace, *node)
+		b, err := kv.Bootstrap(ms, *namespace, *node, files)
 		if err != nil {
 			fmt.Fprintln(stderr, "kv-client:", err)
 			return 2
@@ -65,7 +79,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	cc, err := kv.Dial(ms, *namespace, *node)
+	cc, err := kv.Dial(ms, *namespace, *node, files)
 	if err != nil {
 		fmt.Fprintln(stderr, "kv-client:", err)
 		return 1
@@ -96,6 +110,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s\n", val)
 	}
 	return 0
+}
+
+// xdsFiles are the proxy certificate's files for the xDS channel, as
+// absolute paths, checked to load; nil with --insecure.
+func xdsFiles(o *fugetls.Options, stderr io.Writer) (*fugetls.Files, error) {
+	src, err := tlsflags.Load(o, fugetls.ProxyBase, "kv-client", stderr)
+	if err != nil || src == nil {
+		return nil, err
+	}
+	f, err := o.Files(fugetls.ProxyBase)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range []*string{&f.CA, &f.Cert, &f.Key} {
+		if *p, err = filepath.Abs(*p); err != nil {
+			return nil, err
+		}
+	}
+	return &f, nil
 }
 
 // retry calls fn until it succeeds, fails with anything but a misdirected

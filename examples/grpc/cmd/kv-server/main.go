@@ -4,6 +4,12 @@
 //
 //	kv-server -name s1 -listen 127.0.0.1:9101 -manager 127.0.0.1:7401
 //
+// It dials the managers with its owner certificate, owner-<namespace>-<name>
+// in --tls-dir (default fuge-certs; fugectl certs init --owner NS/NAME makes
+// it), since the manager gives a name's leases only to the holder of that
+// name's certificate; --insecure for managers run with --insecure. Clients
+// reach it in plaintext.
+//
 // It stops on SIGINT or SIGTERM: it stops serving, then ends its lease
 // session so the manager can hand its ranges on at once. Exit 2 means a bad
 // command line, 1 a failure.
@@ -24,6 +30,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fuge-project/fuge/examples/grpc/kv"
+	"github.com/fuge-project/fuge/examples/internal/tlsflags"
+	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/ownerguard"
 	"github.com/fuge-project/fuge/ring"
 )
@@ -39,6 +47,7 @@ func run(args []string) int {
 	managers := fs.String("manager", "127.0.0.1:7401", "comma-separated gRPC addresses of the managers")
 	namespace := fs.String("namespace", "default", "the namespace (pool) to join")
 	leaseDur := fs.Duration("lease-duration", ownerguard.DefaultLeaseDuration, "lease T; must equal the namespace's")
+	tlsOpts := tlsflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -46,15 +55,20 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "kv-server: -name is required and there are no arguments")
 		return 2
 	}
+	src, err := tlsflags.Load(tlsOpts, fugetls.OwnerBase(*namespace, *name), "kv-server", os.Stderr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kv-server: owner %s/%s: %v\n", *namespace, *name, err)
+		return 2
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("server", *name)
-	if err := serve(log, *name, *listen, strings.Split(*managers, ","), *namespace, *leaseDur); err != nil {
+	if err := serve(log, *name, *listen, strings.Split(*managers, ","), *namespace, *leaseDur, tlsflags.DialOptions(src)); err != nil {
 		log.Error("kv-server failed", "err", err)
 		return 1
 	}
 	return 0
 }
 
-func serve(log *slog.Logger, name, listen string, managers []string, ns string, leaseDur time.Duration) error {
+func serve(log *slog.Logger, name, listen string, managers []string, ns string, leaseDur time.Duration, dialOpts []grpc.DialOption) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ln, err := net.Listen("tcp", listen)
@@ -64,7 +78,7 @@ func serve(log *slog.Logger, name, listen string, managers []string, ns string, 
 	var srv *kv.Server
 	owner, err := ownerguard.NewOwner(ownerguard.OwnerConfig{
 		Managers: managers, Namespace: ns, Name: name, Addr: ln.Addr().String(),
-		LeaseDuration: leaseDur, Logger: log,
+		LeaseDuration: leaseDur, Logger: log, DialOptions: dialOpts,
 		OnOwnership: func(granted, revoked []ring.Range) {
 			dropped := srv.Drop(revoked)
 			log.Info("ownership changed", "granted", len(granted), "revoked", len(revoked),
