@@ -37,7 +37,16 @@
 //	guard, _ := ownerguard.NewGuard(owner, ownerguard.GuardConfig{Name: name})
 //	http.Serve(ln, guard.HTTP(srv))
 //
-// cmd/presence-server is that program.
+// Every manager port is mutual TLS, and the manager gives a name's leases
+// only to the holder of that name's certificate: the owner dials with
+// OwnerConfig.DialOptions set to grpc.WithTransportCredentials over a TLS
+// configuration that presents owner-<namespace>-<name>.crt (fugectl certs
+// init --owner NS/NAME writes it) and trusts the cluster's CA. The
+// presence HTTP port itself is plain.
+//
+// cmd/presence-server is that program, with the TLS flags of every Fuge
+// binary: --tls-dir DIR (default fuge-certs), or --tls-ca, --tls-cert and
+// --tls-key, or --insecure for a manager run with --insecure.
 //
 // # The client
 //

@@ -4,6 +4,14 @@
 //
 //	presence-server --name p1 --listen 127.0.0.1:9001 --managers 127.0.0.1:7401
 //
+// It dials the managers over mutual TLS with its owner certificate,
+// owner-<namespace>-<name>.crt and .key in --tls-dir (default fuge-certs;
+// make it with fugectl certs init DIR --owner NS/NAME), since the manager
+// gives a name's leases only to the holder of that name's certificate;
+// --tls-ca, --tls-cert and --tls-key name single files instead, and
+// --insecure talks plaintext to a manager run with --insecure. Its own HTTP
+// port is plaintext.
+//
 // It stops on SIGINT or SIGTERM: it stops serving, then ends its lease session
 // so the manager can hand its ranges on at once. Exit 2 means a bad command
 // line, 1 a failure.
@@ -14,6 +22,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,18 +32,27 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"github.com/fuge-project/fuge/examples/internal/tlsflags"
 	"github.com/fuge-project/fuge/examples/presence"
 	"github.com/fuge-project/fuge/internal/clientshell"
+	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/ownerguard"
 	"github.com/fuge-project/fuge/ring"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-func run(args []string) int {
+// run serves until ctx ends and returns the exit code.
+func run(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("presence-server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	name := fs.String("name", "", "the owner's stable name (its ring hash_key); required")
 	listen := fs.String("listen", "127.0.0.1:9001", "HTTP address to serve on, advertised to routers")
 	managers := fs.String("managers", "127.0.0.1:7401", "comma-separated gRPC addresses of the managers")
@@ -42,39 +60,44 @@ func run(args []string) int {
 	leaseDur := fs.Duration("lease-duration", ownerguard.DefaultLeaseDuration, "lease T; must equal the namespace's")
 	history := fs.String("history", "", "for fault testing: append one line per answered request to this file\n(CLOCK_MONOTONIC ns inside the lease check, device id, generation, status)")
 	clockRate := fs.Float64("clock-rate", 1, "for fault testing only: run the lease clock at this rate of real time (0 freezes it)")
+	tlsOpts := tlsflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *name == "" || fs.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "presence-server: --name is required and there are no arguments")
+		fmt.Fprintln(stderr, "presence-server: --name is required and there are no arguments")
 		return 2
 	}
 	if *clockRate < 0 || *clockRate > 10 {
-		fmt.Fprintln(os.Stderr, "presence-server: --clock-rate must be from 0 to 10")
+		fmt.Fprintln(stderr, "presence-server: --clock-rate must be from 0 to 10")
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("server", *name)
-	opts := options{history: *history}
+	src, err := tlsflags.Load(tlsOpts, fugetls.OwnerBase(*namespace, *name), "presence-server", stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "presence-server: owner %s/%s: %v\n", *namespace, *name, err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("server", *name)
+	opts := options{history: *history, dial: tlsflags.DialOptions(src)}
 	if *clockRate != 1 {
 		opts.clock = clientshell.NewRateClock(*clockRate)
 		log.Warn("the lease clock runs at a test rate", "rate", *clockRate)
 	}
-	if err := serve(log, *name, *listen, strings.Split(*managers, ","), *namespace, *leaseDur, opts); err != nil {
+	if err := serve(ctx, log, *name, *listen, strings.Split(*managers, ","), *namespace, *leaseDur, opts); err != nil {
 		log.Error("presence-server failed", "err", err)
 		return 1
 	}
 	return 0
 }
 
-// options are the fault-testing settings.
+// options are the connection and fault-testing settings.
 type options struct {
-	history string           // file to append served requests to
-	clock   ownerguard.Clock // nil: the default clock
+	dial    []grpc.DialOption // to the managers (TLS)
+	history string            // file to append served requests to
+	clock   ownerguard.Clock  // nil: the default clock
 }
 
-func serve(log *slog.Logger, name, listen string, managers []string, ns string, leaseDur time.Duration, opts options) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+func serve(ctx context.Context, log *slog.Logger, name, listen string, managers []string, ns string, leaseDur time.Duration, opts options) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -82,7 +105,7 @@ func serve(log *slog.Logger, name, listen string, managers []string, ns string, 
 	var srv *presence.Server
 	owner, err := ownerguard.NewOwner(ownerguard.OwnerConfig{
 		Managers: managers, Namespace: ns, Name: name, Addr: ln.Addr().String(),
-		LeaseDuration: leaseDur, Logger: log, Clock: opts.clock,
+		LeaseDuration: leaseDur, Logger: log, Clock: opts.clock, DialOptions: opts.dial,
 		OnOwnership: func(granted, revoked []ring.Range) {
 			dropped := srv.Drop(revoked)
 			log.Info("ownership changed", "granted", len(granted), "revoked", len(revoked),
