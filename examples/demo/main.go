@@ -8,13 +8,18 @@
 // republished devices and the requests, with a progress line every second,
 // and ends with a summary table.
 //
+// Every manager port is mutual TLS: the demo first makes a development CA
+// and the certificates of every process with fugectl certs init, in the
+// work directory, and gives each process --tls-dir (--insecure runs
+// everything without TLS).
+//
 // Every read is checked: it must return the latest address the client wrote
 // for the device, or a 404 that a loss notification explains. A read that
 // returns an older address is a STALE READ. The demo exits 0 only if the
 // run completed with no stale read and every 404 explained. It stops every
 // process it started, by PID, also on Ctrl-C and on error.
 //
-//	demo --bin DIR    (DIR holds fuge-manager, fuge-proxy and presence-server)
+//	demo --bin DIR    (DIR holds fuge-manager, fuge-proxy, presence-server and fugectl)
 //
 // Without --bin it builds them with the go command, from the module root.
 package main
@@ -37,6 +42,8 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/fuge-project/fuge/examples/presence"
 	"github.com/fuge-project/fuge/lb"
 )
@@ -48,6 +55,7 @@ type options struct {
 	lease     time.Duration
 	steady    time.Duration
 	ringSize  int
+	insecure  bool
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout)) }
@@ -55,13 +63,14 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout)) }
 func run(args []string, out io.Writer) int {
 	var o options
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.StringVar(&o.bin, "bin", "", "directory holding fuge-manager, fuge-proxy and presence-server (default: build them)")
+	fs.StringVar(&o.bin, "bin", "", "directory holding fuge-manager, fuge-proxy, presence-server and fugectl (default: build them)")
 	fs.StringVar(&o.work, "work", "", "directory for logs and the manager's data (default: a new temporary directory)")
 	fs.IntVar(&o.devices, "devices", 240, "devices publishing and reading their addresses")
 	fs.IntVar(&o.rate, "rate", 400, "operations per second, in total")
 	fs.DurationVar(&o.lease, "lease", 3*time.Second, "lease duration T: a crashed server's ranges are granted again after T·65/60")
 	fs.DurationVar(&o.steady, "steady", 5*time.Second, "length of each steady phase")
 	fs.IntVar(&o.ringSize, "ring-size", 1024, "ring size R of the namespace")
+	fs.BoolVar(&o.insecure, "insecure", false, "run every process without TLS (default: mutual TLS, certificates from fugectl certs init)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -96,6 +105,11 @@ type demo struct {
 	managerGRPC, managerHTTP string
 	proxyURL, proxyAdmin     string
 	serverAddrs              []string // free ports for p1..p4
+
+	certs       string            // the certificate directory ("" with --insecure)
+	tlsArgs     []string          // every process's TLS flags
+	adminHTTP   *http.Client      // the manager's admin API, with an admin certificate
+	managerDial []grpc.DialOption // the demo's Lookup, with the proxy certificate
 
 	lookup    *lb.Lookup
 	client    *presence.Client
@@ -150,7 +164,10 @@ func (d *demo) run(ctx context.Context) error {
 			return err
 		}
 	}
-	ports, err := freePorts(9)
+	if err := d.makeCerts(ctx); err != nil {
+		return err
+	}
+	ports, err := freePorts(5 + servers)
 	if err != nil {
 		return err
 	}
@@ -199,7 +216,7 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	d.say("")
 	d.say("Watch the lease table yourself while it runs:")
-	d.say("  go run ./cmd/fugectl --manager %s leases default", d.managerHTTP)
+	d.say("  go run ./cmd/fugectl --manager %s %s leases default", d.managerHTTP, strings.Join(d.tlsArgs, " "))
 	d.say("")
 
 	loadCtx, stopLoad := context.WithCancel(ctx)
@@ -250,9 +267,9 @@ func (d *demo) run(ctx context.Context) error {
 // build compiles the binaries into the work directory.
 func (d *demo) build(ctx context.Context) error {
 	d.opt.bin = filepath.Join(d.opt.work, "bin")
-	d.logf("building fuge-manager, fuge-proxy and presence-server into %s", d.opt.bin)
+	d.logf("building fuge-manager, fuge-proxy, presence-server and fugectl into %s", d.opt.bin)
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", d.opt.bin+string(filepath.Separator),
-		"./cmd/fuge-manager", "./cmd/fuge-proxy", "./examples/presence/cmd/presence-server")
+		"./cmd/fuge-manager", "./cmd/fuge-proxy", "./examples/presence/cmd/presence-server", "./cmd/fugectl")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("go build (run the demo from the module root, or pass --bin): %w", err)
@@ -275,21 +292,22 @@ func (d *demo) startProc(name, bin, what string, args ...string) (*proc, error) 
 
 func (d *demo) startManager(ctx context.Context, raftAddr string) error {
 	_, err := d.startProc("manager", "fuge-manager", "grpc "+d.managerGRPC+"  admin "+d.managerHTTP,
-		"--node-id", "demo", "--data-dir", filepath.Join(d.opt.work, "manager-data"),
-		"--raft-addr", raftAddr, "--grpc-addr", d.managerGRPC, "--http-addr", d.managerHTTP,
-		"--lease-duration", d.opt.lease.String(), "--namespace", "default:"+strconv.Itoa(d.opt.ringSize))
+		append([]string{"--node-id", "demo", "--data-dir", filepath.Join(d.opt.work, "manager-data"),
+			"--raft-addr", raftAddr, "--grpc-addr", d.managerGRPC, "--http-addr", d.managerHTTP,
+			"--lease-duration", d.opt.lease.String(), "--namespace", "default:" + strconv.Itoa(d.opt.ringSize)},
+			d.tlsArgs...)...)
 	if err != nil {
 		return err
 	}
 	return d.waitFor(ctx, "the manager to lead", 30*time.Second, func() bool {
-		return httpOK("http://" + d.managerHTTP + "/readyz")
+		return httpOK(d.adminHTTP, d.managerURL("/readyz"))
 	})
 }
 
 func (d *demo) startLookup(ctx context.Context) error {
 	l, err := lb.NewLookup(lb.LookupConfig{
 		Managers: []string{d.managerGRPC}, Namespace: "default", Name: "demo",
-		StalenessBound: d.opt.lease, OnLoss: d.onLoss,
+		StalenessBound: d.opt.lease, OnLoss: d.onLoss, DialOptions: d.managerDial,
 	})
 	if err != nil {
 		return err
@@ -312,16 +330,16 @@ func (d *demo) startLookup(ctx context.Context) error {
 func (d *demo) startServer(i int) error {
 	name, addr := "p"+strconv.Itoa(i), d.serverAddrs[i-1]
 	_, err := d.startProc(name, "presence-server", "http "+addr,
-		"--name", name, "--listen", addr, "--managers", d.managerGRPC,
-		"--namespace", "default", "--lease-duration", d.opt.lease.String())
+		append([]string{"--name", name, "--listen", addr, "--managers", d.managerGRPC,
+			"--namespace", "default", "--lease-duration", d.opt.lease.String()}, d.tlsArgs...)...)
 	return err
 }
 
 func (d *demo) startProxy() error {
 	_, err := d.startProc("proxy", "fuge-proxy", "http "+strings.TrimPrefix(d.proxyURL, "http://")+"  admin "+d.proxyAdmin,
-		"--listen", strings.TrimPrefix(d.proxyURL, "http://"), "--admin", d.proxyAdmin,
-		"--managers", d.managerGRPC, "--namespace", "default",
-		"--staleness-bound", d.opt.lease.String(), "--shutdown-timeout", "3s")
+		append([]string{"--listen", strings.TrimPrefix(d.proxyURL, "http://"), "--admin", d.proxyAdmin,
+			"--managers", d.managerGRPC, "--namespace", "default",
+			"--staleness-bound", d.opt.lease.String(), "--shutdown-timeout", "3s"}, d.tlsArgs...)...)
 	return err
 }
 
@@ -336,10 +354,12 @@ func (d *demo) startLoad(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Go(func() { d.load(ctx, devs, interval, wg) })
 }
 
-func (d *demo) proxyHealthy() bool { return httpOK("http://" + d.proxyAdmin + "/healthz") }
+// proxyHealthy asks the proxy's admin listener, which is plain http.
+func (d *demo) proxyHealthy() bool {
+	return httpOK(&http.Client{Timeout: time.Second}, "http://"+d.proxyAdmin+"/healthz")
+}
 
-func httpOK(url string) bool {
-	c := http.Client{Timeout: time.Second}
+func httpOK(c *http.Client, url string) bool {
 	resp, err := c.Get(url)
 	if err != nil {
 		return false
