@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/manager"
 )
 
@@ -13,10 +14,19 @@ import (
 var insecure = map[string]string{insecureEnv: "true"}
 
 // startManager starts a real single-node manager on 127.0.0.1 with fast raft
-// timers and waits until its admin API lists the namespace "default".
-func startManager(t *testing.T) string {
+// timers and waits until its admin API lists the namespace "default". With
+// env[FUGECTL_TLS_DIR] it runs with mutual TLS and that directory's
+// manager certificate; with env[FUGECTL_INSECURE], without TLS.
+func startManager(t *testing.T, env map[string]string) string {
 	t.Helper()
 	cfg := manager.DefaultServerConfig()
+	if dir := env[tlsDirEnv]; dir != "" {
+		src, err := fugetls.NewSource(fugetls.DirFiles(dir, fugetls.ManagerBase))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.TLS = src
+	}
 	cfg.DataDir = t.TempDir()
 	cfg.RaftAddr, cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.LeaseDuration = 3 * time.Second
@@ -43,7 +53,7 @@ func startManager(t *testing.T) string {
 	tick := time.NewTicker(10 * time.Millisecond) // polling interval, not a guess at how long
 	defer tick.Stop()
 	for {
-		code, out, _ := fugectl(t, insecure, "--manager", addr, "namespaces")
+		code, out, _ := fugectl(t, env, "--manager", addr, "namespaces")
 		if code == exitOK && strings.Contains(out, "default") {
 			return addr
 		}
@@ -56,9 +66,15 @@ func startManager(t *testing.T) string {
 }
 
 // TestAgainstManager runs the commands against a real manager.Server, so
-// that the JSON shapes fugectl expects are the ones the manager sends.
+// that the JSON shapes fugectl expects are the ones the manager sends:
+// over mutual TLS with the admin certificate, and with --insecure.
 func TestAgainstManager(t *testing.T) {
-	addr := startManager(t)
+	t.Run("TLS", func(t *testing.T) { againstManager(t, map[string]string{tlsDirEnv: testCerts}) })
+	t.Run("insecure", func(t *testing.T) { againstManager(t, insecure) })
+}
+
+func againstManager(t *testing.T, env map[string]string) {
+	addr := startManager(t, env)
 	for _, c := range []struct {
 		args     []string
 		wantCode int
@@ -81,7 +97,7 @@ func TestAgainstManager(t *testing.T) {
 		{[]string{"namespaces", "delete", "carts"}, exitError, []string{"fugectl: manager: unknown namespace"}},
 		{[]string{"-o", "json", "namespaces"}, exitOK, []string{`"name": "default",`, `"ring_size": 64,`}},
 	} {
-		code, out, errOut := fugectl(t, insecure, append([]string{"--manager", addr}, c.args...)...)
+		code, out, errOut := fugectl(t, env, append([]string{"--manager", addr}, c.args...)...)
 		all := collapse(out + errOut)
 		if code != c.wantCode {
 			t.Errorf("%q: exit %d, want %d; output:\n%s%s", c.args, code, c.wantCode, out, errOut)
@@ -103,4 +119,23 @@ func collapse(s string) string {
 		lines[i] = strings.Join(strings.Fields(l), " ")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestManagerRefusals: what a real manager with mutual TLS answers a
+// certificate that may read but not write, and what fugectl shows of it.
+func TestManagerRefusals(t *testing.T) {
+	addr := startManager(t, map[string]string{tlsDirEnv: testCerts})
+	proxy := fugetls.DirFiles(testCerts, fugetls.ProxyBase)
+	asProxy := []string{"--manager", addr, "--tls-ca", proxy.CA, "--tls-cert", proxy.Cert, "--tls-key", proxy.Key}
+	if code, out, errOut := fugectl(t, nil, append(asProxy, "namespaces")...); code != exitOK || !strings.Contains(out, "default") {
+		t.Errorf("a read with a proxy certificate: exit %d, stdout %q, stderr %q; want the namespaces", code, out, errOut)
+	}
+	code, out, errOut := fugectl(t, nil, append(asProxy, "namespaces", "create", "carts")...)
+	if code != exitError || out != "" || !strings.Contains(errOut, "spiffe://fuge/proxy/proxy") || !strings.Contains(errOut, "admin certificate") {
+		t.Errorf("a write with a proxy certificate: exit %d, stdout %q, stderr %q; want 1 and the manager's refusal", code, out, errOut)
+	}
+	code, _, errOut = fugectl(t, nil, "--insecure", "--manager", addr, "namespaces")
+	if code != exitError || !strings.Contains(errOut, "HTTPS server") {
+		t.Errorf("--insecure against TLS: exit %d, stderr %q; want 1 and why", code, errOut)
+	}
 }
