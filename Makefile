@@ -3,7 +3,7 @@
 
 .DEFAULT_GOAL := help
 
-FUZZTIME ?= 30s ## time each fuzz target runs (make fuzz)
+FUZZTIME ?= 60s ## time each fuzz target runs (make fuzz)
 BENCH    ?= .   ## regexp selecting benchmarks (make bench)
 SEEDS    ?= 200 ## number of simulator seeds (make sim)
 FIRST    ?=     ## first simulator seed; the simulator's default is 1 (make sim)

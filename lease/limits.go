@@ -30,10 +30,14 @@ const (
 // ErrInvalid is wrapped by every error of this file.
 var ErrInvalid = errors.New("lease: invalid input")
 
-// ValidName checks an owner or namespace name; what names the field.
+// ValidName checks an owner or namespace name; what names the field. "."
+// and ".." are refused: a URL path cannot carry them as a segment.
 func ValidName(what, s string) error {
 	if s == "" || len(s) > MaxNameBytes {
 		return fmt.Errorf("%w: %s must be 1 to %d bytes, got %d", ErrInvalid, what, MaxNameBytes, len(s))
+	}
+	if s == "." || s == ".." {
+		return fmt.Errorf("%w: %s %q is a path segment of its own", ErrInvalid, what, s)
 	}
 	for i := 0; i < len(s); i++ {
 		if !nameByte(s[i]) {

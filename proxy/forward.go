@@ -53,7 +53,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 
 	s := p.scratch.Get().(*scratch)
 	defer p.scratch.Put(s)
-	stripRequest(&req.Header, s)
+	stripRequest(&req.Header, p.cfg.Header, s)
 	// The proxy alone stamps Fuge-Generation, and it has read the body.
 	for _, k := range [...]string{GenerationHeader, "Expect"} {
 		if len(req.Header.PeekAll(k)) > 0 {

@@ -51,11 +51,12 @@ var (
 // scratch is per-request buffer space, pooled, so that header edits do not
 // allocate.
 type scratch struct {
-	conn  []byte // the Connection header's values, copied
-	kv    []byte // header names and values, copied, for a rebuild
-	spans []span // the headers in kv
-	xff   []byte // the new X-Forwarded-For
-	gen   []byte // the Fuge-Generation value
+	conn  []byte                 // the Connection header's values, copied
+	kv    []byte                 // header names and values, copied, for a rebuild
+	spans []span                 // the headers in kv
+	xff   []byte                 // the new X-Forwarded-For
+	gen   []byte                 // the Fuge-Generation value
+	req   fasthttp.RequestHeader // a copy to walk when AllInOrder cannot
 }
 
 // span is one header in scratch.kv: the name is kv[start:mid], the value
@@ -66,22 +67,36 @@ type span struct {
 }
 
 // stripRequest and stripResponse remove the hop-by-hop headers, and those
-// named in Connection, keeping the order of the others.
+// named in Connection, keeping the order of the others. stripRequest keeps
+// the routing header key even when Connection names it: the proxy has
+// routed by its value, and the owner's guard checks the same value.
 //
 // fasthttp deletes a header by swapping the last one into its place, which
 // would reorder repeated headers (X-Forwarded-For, say). So when there is
 // anything to remove, they copy the ordered headers (less the special ones
 // fasthttp keeps apart), delete them all and add back those they keep, in
 // order. Most requests have nothing to remove and cost a few lookups.
-func stripRequest(h *fasthttp.RequestHeader, s *scratch) {
+func stripRequest(h *fasthttp.RequestHeader, key string, s *scratch) {
 	if !hasHop(h) {
 		return
 	}
 	s.begin(h)
+	n := 0
 	for k, v := range h.AllInOrder() { // as received, with no side effects
-		s.record(k, v, requestSpecial)
+		s.record(k, v, requestSpecial, key)
+		n++
 	}
-	s.rebuild(h, requestSpecial)
+	if n == 0 {
+		// AllInOrder parses the raw block again and yields nothing when
+		// it does not end in CRLF CRLF (its last line ends in a bare LF,
+		// which the server's parser accepts). Walk a copy's parsed
+		// headers instead: All rewrites the cookies it walks.
+		h.CopyTo(&s.req)
+		for k, v := range s.req.All() {
+			s.record(k, v, requestSpecial, key)
+		}
+	}
+	s.rebuild(h, requestSpecial, key)
 }
 
 func stripResponse(h *fasthttp.ResponseHeader, s *scratch) {
@@ -90,9 +105,9 @@ func stripResponse(h *fasthttp.ResponseHeader, s *scratch) {
 	}
 	s.begin(h)
 	for k, v := range h.All() {
-		s.record(k, v, responseSpecial)
+		s.record(k, v, responseSpecial, "")
 	}
-	s.rebuild(h, responseSpecial)
+	s.rebuild(h, responseSpecial, "")
 }
 
 // begin starts a rebuild of h: it copies the Connection values, since
@@ -105,12 +120,13 @@ func (s *scratch) begin(h header) {
 	s.kv, s.spans = s.kv[:0], s.spans[:0]
 }
 
-// record copies one header, unless it is special, marking whether it goes.
-func (s *scratch) record(k, v []byte, special []string) {
+// record copies one header, unless it is special, marking whether it goes:
+// keep ("" for none) goes only if it is hop-by-hop, whatever Connection says.
+func (s *scratch) record(k, v []byte, special []string, keep string) {
 	if in(k, special) {
 		return
 	}
-	sp := span{start: len(s.kv), drop: in(k, hopHeaders[:]) || named(k, s.conn)}
+	sp := span{start: len(s.kv), drop: in(k, hopHeaders[:]) || named(k, s.conn) && !equalFold(k, keep)}
 	s.kv = append(s.kv, k...)
 	sp.mid = len(s.kv)
 	s.kv = append(s.kv, v...)
@@ -121,7 +137,7 @@ func (s *scratch) record(k, v []byte, special []string) {
 // rebuild deletes the recorded headers and adds back those kept, in order,
 // then deletes whatever hop-by-hop headers the records did not show (flags
 // such as Connection: close).
-func (s *scratch) rebuild(h header, special []string) {
+func (s *scratch) rebuild(h header, special []string, keep string) {
 	for _, sp := range s.spans {
 		h.DelBytes(s.kv[sp.start:sp.mid])
 	}
@@ -136,7 +152,7 @@ func (s *scratch) rebuild(h header, special []string) {
 	for b := s.conn; len(b) > 0; {
 		var tok []byte
 		tok, b = nextToken(b)
-		if len(tok) > 0 && !in(tok, special) {
+		if len(tok) > 0 && !in(tok, special) && !equalFold(tok, keep) {
 			h.DelBytes(tok)
 		}
 	}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every fuzz target in the module for FUZZTIME each (default 30s).
+# Runs every fuzz target in the module for FUZZTIME each (default 60s).
 #
 # go test -fuzz takes one target in one package at a time, so the targets are
 # discovered first with go test -list, package by package. New failing inputs
@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-fuzztime=${FUZZTIME:-30s}
+fuzztime=${FUZZTIME:-60s}
 ran=0
 for pkg in $(go list ./...); do
 	listing=$(go test -list '^Fuzz' "$pkg")

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -163,7 +164,7 @@ func settings() []setting {
 			usage: "for fault testing only: run the lease clock at RATE times real time (0 freezes it);\n\tthe guarantee assumes rates within 60:65 of the owners'",
 			set: func(c *Config, v string) error {
 				r, err := strconv.ParseFloat(v, 64)
-				if err != nil || r < 0 || r > 10 {
+				if err != nil || !(r >= 0 && r <= 10) { // NaN too
 					return fmt.Errorf("want a rate from 0 to 10")
 				}
 				c.ClockRate = r
@@ -385,7 +386,7 @@ func setMemoryLimit(c *Config, v string) error {
 		}
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil || n < 0 {
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
 		return errors.New("want a size like 192MiB, 1GiB or a number of bytes")
 	}
 	c.MemoryLimit = n * mult
