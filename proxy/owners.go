@@ -104,8 +104,9 @@ func (s *connSet) add(c net.Conn) net.Conn {
 
 // closeWaiting closes the connections whose request has waited at least
 // grace for an answer: the attempt fails at once (and is retried if
-// idempotent). It returns how many it closed and how many remain open.
-func (s *connSet) closeWaiting(grace time.Duration) (closed, open int) {
+// idempotent). It counts each in n before closing it, so that whoever sees
+// the retried answer sees the count, and returns how many remain open.
+func (s *connSet) closeWaiting(grace time.Duration, n *atomic.Uint64) (open int) {
 	s.mu.Lock()
 	var cs []*trackedConn
 	for c := range s.m {
@@ -116,9 +117,10 @@ func (s *connSet) closeWaiting(grace time.Duration) (closed, open int) {
 	open = len(s.m) - len(cs)
 	s.mu.Unlock()
 	for _, c := range cs {
+		n.Add(1)
 		c.Close()
 	}
-	return len(cs), open
+	return open
 }
 
 // owners maps addresses to pools. Requests read an immutable map through an
@@ -193,9 +195,7 @@ func abandonWaiting(o *owner, n *atomic.Uint64, stop <-chan struct{}) {
 	t := time.NewTicker(AbandonGrace / 2)
 	defer t.Stop()
 	for {
-		closed, open := o.conns.closeWaiting(AbandonGrace)
-		n.Add(uint64(closed))
-		if open == 0 {
+		if o.conns.closeWaiting(AbandonGrace, n) == 0 {
 			return
 		}
 		select {
