@@ -220,10 +220,15 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	table := settings()
 	for i := range table {
 		s := &table[i]
-		fs.Func(s.flag, s.usage, func(v string) error {
+		add := func(v string) error {
 			fromFlags = append(fromFlags, flagValue{s, v})
 			return nil
-		})
+		}
+		if s.arg == "BOOL" {
+			fs.BoolFunc(s.flag, s.usage, add) // --insecure alone means true
+		} else {
+			fs.Func(s.flag, s.usage, add)
+		}
 	}
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err // flag.ErrHelp for --help

@@ -269,3 +269,17 @@ func TestHelp(t *testing.T) {
 		}
 	}
 }
+
+func TestBoolFlagsWithoutValue(t *testing.T) {
+	c, err := Load([]string{"--insecure", "--pprof"}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.TLS.Insecure || !c.Server.Pprof {
+		t.Fatalf("--insecure --pprof: insecure %v pprof %v, want both true", c.TLS.Insecure, c.Server.Pprof)
+	}
+	c, err = Load([]string{"--insecure=false"}, func(string) string { return "" })
+	if err != nil || c.TLS.Insecure {
+		t.Fatalf("--insecure=false: %v %v", c.TLS.Insecure, err)
+	}
+}
