@@ -124,7 +124,9 @@ type Config struct {
 	Fallback lb.Balancer
 
 	// RetryBudget bounds the time a request may spend being retried, from
-	// its arrival. Default 10 s (DefaultRetryBudget).
+	// its arrival; its last attempt ends UpstreamTimeout after the budget
+	// at the latest, waiting for a free connection included. Default 10 s
+	// (DefaultRetryBudget).
 	RetryBudget time.Duration
 	// BackoffBase is the first wait before a retry when the table has not
 	// changed; each wait doubles it. A table change ends the wait early.

@@ -36,7 +36,14 @@
 // for the balancer's next update or a backoff (5 ms, doubling), whichever
 // comes first, picks again and retries; if the table already moved the key
 // it retries at once. When the retry budget (10 s from the request's
-// arrival) runs out it answers 503 with Retry-After: 1. Any other failure
+// arrival) runs out it answers 503 with Retry-After: 1. Writing a request
+// and reading its answer take UpstreamTimeout each at most, and no attempt,
+// waiting for a free connection to its owner included, ends later than
+// UpstreamTimeout after the budget: a request is answered within
+// RetryBudget + UpstreamTimeout of its arrival. An owner that accepts
+// connections and never answers (a black hole) so holds its own pool
+// (MaxConnsPerOwner) and nothing else, each connection for UpstreamTimeout
+// at most, and requests for other owners do not wait on it. Any other failure
 // (a timeout, a reset or a malformed response after the request was sent)
 // may mean the owner executed the request: an idempotent request (GET,
 // HEAD, PUT, DELETE, OPTIONS, TRACE) is retried in the same way and gets
@@ -59,7 +66,11 @@
 // ReadTimeout bounds reading a whole request from its first byte, so a
 // client sending it slowly (slowloris) is cut off, and connections beyond
 // MaxConns are refused with 503; neither blocks other clients. A header
-// over MaxHeaderBytes gets 431, a body over MaxBodyBytes 413. The admin
+// over MaxHeaderBytes gets 431, a body over MaxBodyBytes 413. A request
+// with both Content-Length and Transfer-Encoding gets 400 and its
+// connection is closed (RFC 9112 §6.3: a front end that framed it by
+// Content-Length would take the rest of the body for a request of its
+// own), and one without Host (HTTP/1.0 allows it) gets 400. The admin
 // listener, apart from the proxied one so that no proxied path is
 // shadowed, serves GET /metrics (Prometheus: requests by status class,
 // attempts, retries, misroutes, refusals, upstream errors, give-ups, and

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"time"
@@ -17,6 +18,8 @@ const (
 	msgRepeatedKey = "fuge-proxy: repeated routing header "
 	msgGiveUp      = "fuge-proxy: no owner accepted the request within the retry budget\n"
 	msgBadGateway  = "fuge-proxy: owner failed after the request was sent\n"
+	msgFraming     = "fuge-proxy: request has both Content-Length and Transfer-Encoding\n"
+	msgNoHost      = "fuge-proxy: request has no Host\n"
 )
 
 // outcome is what one attempt came to.
@@ -37,6 +40,21 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	req := &ctx.Request
+	// fasthttp lets Transfer-Encoding override Content-Length and keeps the
+	// connection; a front end that framed the body by Content-Length would
+	// see the next request differently (smuggling). RFC 9112 §6.3: refuse
+	// it and close the connection.
+	if framingConflict(req.Header.RawHeaders()) {
+		p.fail(ctx, fasthttp.StatusBadRequest, msgFraming)
+		ctx.SetConnectionClose()
+		return
+	}
+	// fasthttp requires Host of HTTP/1.1 only; without one the owner's
+	// client refuses to send, which is no reason to retry.
+	if len(req.Host()) == 0 {
+		p.fail(ctx, fasthttp.StatusBadRequest, msgNoHost)
+		return
+	}
 	bal, hash := p.bal, uint64(0)
 	switch vs := req.Header.PeekAll(p.cfg.Header); {
 	case len(vs) > 1:
@@ -64,6 +82,9 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	setForwardedFor(req, ctx.RemoteIP(), s)
 	idempotent := isIdempotent(&req.Header)
 	deadline := ctx.Time().Add(p.cfg.RetryBudget)
+	// No attempt outlives the budget by more than UpstreamTimeout, waiting
+	// for a free connection to a busy or black-holed owner included.
+	attemptDeadline := deadline.Add(p.cfg.UpstreamTimeout)
 
 	backoff := p.cfg.BackoffBase
 	pick, ok := bal.Pick(hash)
@@ -73,7 +94,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 			if attempt > 0 {
 				p.c.retries.Add(1)
 			}
-			switch last = p.attempt(ctx, pick, s); {
+			switch last = p.attempt(ctx, pick, s, attemptDeadline); {
 			case last == answered:
 				// The server closes the client's connection if the client
 				// asked to; the owner's Connection header is not the client's.
@@ -108,15 +129,17 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// attempt sends the request to pick's owner once.
-func (p *Proxy) attempt(ctx *fasthttp.RequestCtx, pick lb.Pick, s *scratch) outcome {
+// attempt sends the request to pick's owner once. Writing the request and
+// reading the answer take UpstreamTimeout each at most, and the whole
+// attempt, waiting for a free connection included, ends by deadline.
+func (p *Proxy) attempt(ctx *fasthttp.RequestCtx, pick lb.Pick, s *scratch, deadline time.Time) outcome {
 	p.c.attempts.Add(1)
 	o := p.owners.get(pick.Addr)
 	if pick.Gen != 0 {
 		setGeneration(&ctx.Request, uint64(pick.Gen), s)
 	}
 	start := time.Now()
-	err := o.hc.Do(&ctx.Request, &ctx.Response)
+	err := o.hc.DoDeadline(&ctx.Request, &ctx.Response, deadline)
 	o.latency.Observe(time.Since(start).Seconds())
 	switch {
 	case err == nil && ctx.Response.StatusCode() == fasthttp.StatusMisdirectedRequest:
@@ -178,6 +201,30 @@ func (p *Proxy) handleError(ctx *fasthttp.RequestCtx, err error) {
 		ctx.Error("fuge-proxy: malformed request\n", fasthttp.StatusBadRequest)
 	}
 	p.c.status(ctx.Response.StatusCode())
+}
+
+// framingConflict reports whether a raw request header block has both a
+// Content-Length and a Transfer-Encoding line (fasthttp hides the
+// Content-Length once Transfer-Encoding is chunked).
+func framingConflict(raw []byte) bool {
+	var cl, te bool
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		if i := bytes.IndexByte(line, ':'); i > 0 {
+			switch k := line[:i]; {
+			case equalFold(k, "Content-Length"):
+				cl = true
+			case equalFold(k, "Transfer-Encoding"):
+				te = true
+			}
+		}
+	}
+	return cl && te
 }
 
 // isIdempotent reports whether a request may be sent again after it may

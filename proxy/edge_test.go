@@ -1,0 +1,197 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fuge-project/fuge/internal/fugetest"
+	"github.com/fuge-project/fuge/lb"
+	"github.com/fuge-project/fuge/ring"
+)
+
+// TestFramingConflictClosesConnection: a request with both Content-Length
+// and Transfer-Encoding is refused with 400 and its connection closed
+// (RFC 9112 §6.3), so a request smuggled behind it is never read; it never
+// reaches an owner.
+func TestFramingConflictClosesConnection(t *testing.T) {
+	o := startOwner(t, "a", nil)
+	p := startProxy(t, func(c *Config) { c.Balancer = newFakeBalancer(to(o.addr, 1), o.addr) })
+	const smuggled = "GET /smuggled HTTP/1.1\r\nHost: h\r\nX-Fuge-Key: a\r\n\r\n"
+	for _, tc := range []struct{ name, head string }{
+		{"length then chunked", "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n"},
+		{"chunked then length", "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n"},
+		{"lower case", "transfer-encoding: chunked\r\ncontent-length: 5\r\n"},
+		{"identity and length", "Transfer-Encoding: identity\r\nContent-Length: 5\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", p.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(defaultTestTimeout))
+			body := "0\r\n\r\n"
+			if tc.name == "identity and length" {
+				body = "hello"
+			}
+			go io.WriteString(conn, "POST / HTTP/1.1\r\nHost: h\r\nX-Fuge-Key: a\r\n"+tc.head+"\r\n"+body+smuggled)
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 400 || string(b) != msgFraming || !resp.Close {
+				t.Fatalf("got %d %q close=%v, want 400 %q and Connection: close", resp.StatusCode, b, resp.Close, msgFraming)
+			}
+			if resp, err := http.ReadResponse(br, nil); err == nil {
+				t.Fatalf("the connection stayed open: a second response %s", resp.Status)
+			} else if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("after the 400: %v, want the connection closed", err)
+			}
+		})
+	}
+	if n := o.hits.Load(); n != 0 {
+		t.Fatalf("the owner saw %d requests", n)
+	}
+}
+
+// TestHTTP10WithoutHost: HTTP/1.0 allows a request without Host, which the
+// proxy cannot forward; it answers 400 at once rather than retrying until
+// the budget runs out. An absolute URI names the host, and is forwarded.
+func TestHTTP10WithoutHost(t *testing.T) {
+	o := startOwner(t, "a", nil)
+	p := startProxy(t, func(c *Config) {
+		c.Balancer = newFakeBalancer(to(o.addr, 1), o.addr)
+		c.RetryBudget = time.Hour // were it retried, the test would time out
+	})
+	addr := p.Addr().String()
+	for _, tc := range []struct {
+		name, req string
+		code      int
+		body      string
+	}{
+		{"HTTP/1.0", "GET / HTTP/1.0\r\nX-Fuge-Key: a\r\n\r\n", 400, msgNoHost},
+		{"HTTP/1.0 POST", "POST / HTTP/1.0\r\nX-Fuge-Key: a\r\nContent-Length: 2\r\n\r\nhi", 400, msgNoHost},
+		{"HTTP/1.1", "GET / HTTP/1.1\r\nX-Fuge-Key: a\r\n\r\n", 400, ""},
+		{"HTTP/1.0 absolute URI", "GET http://h/ HTTP/1.0\r\nX-Fuge-Key: a\r\n\r\n", 200, "a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := raw(t, addr, tc.req)
+			if resp.StatusCode != tc.code || tc.body != "" && body != tc.body {
+				t.Fatalf("got %d %q, want %d %q", resp.StatusCode, body, tc.code, tc.body)
+			}
+		})
+	}
+	if n := o.hits.Load(); n != 1 {
+		t.Fatalf("the owner saw %d requests, want only the absolute URI's", n)
+	}
+	if s := p.Stats(); s.Attempts != 1 {
+		t.Fatalf("stats %+v: a request without Host was attempted", s)
+	}
+}
+
+// blackHole accepts connections and never answers; it holds them until the
+// test ends.
+func blackHole(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestBlackHoleOwner: an owner that accepts connections and never answers
+// holds at most its own pool, and no request for it outlives the retry
+// budget by more than the upstream timeout, waiting for a free connection
+// included; meanwhile requests for another owner are served.
+func TestBlackHoleOwner(t *testing.T) {
+	hole := blackHole(t)
+	b := startOwner(t, "b", nil)
+	bal := newFakeBalancer(func(h uint64) (lb.Pick, bool) {
+		if h%2 == 0 {
+			return lb.Pick{Addr: hole, Range: ring.Full(), Gen: 1}, true
+		}
+		return lb.Pick{Addr: b.addr, Range: ring.Full(), Gen: 2}, true
+	}, hole, b.addr)
+	const (
+		perOwner = 2
+		upstream = 200 * time.Millisecond
+		budget   = 2 * time.Second
+		waiting  = 40 // requests for the black hole at once: 20 times its pool
+	)
+	p := startProxy(t, func(c *Config) {
+		c.Balancer = bal
+		c.MaxConnsPerOwner = perOwner
+		c.UpstreamTimeout = upstream
+		c.RetryBudget = budget
+	})
+	keyFor := func(parity uint64) string {
+		for i := 0; ; i++ {
+			if k := fmt.Sprint("key-", i); ring.HashString(k)%2 == parity {
+				return k
+			}
+		}
+	}
+	url := "http://" + p.Addr().String() + "/"
+	type result struct {
+		code int
+		took time.Duration
+	}
+	results := make(chan result, waiting)
+	c := newClient(t)
+	for range waiting {
+		go func() {
+			start := time.Now()
+			resp, _ := do(t, c, "GET", url, "", DefaultHeader, keyFor(0))
+			results <- result{resp.StatusCode, time.Since(start)}
+		}()
+	}
+	fugetest.Eventually(t, "the black hole's pool to fill", func() bool {
+		o := p.owners.get(hole)
+		o.conns.mu.Lock()
+		defer o.conns.mu.Unlock()
+		return len(o.conns.m) == perOwner
+	})
+	for i := range 20 {
+		if resp, body := do(t, c, "GET", url, "", DefaultHeader, keyFor(1)); resp.StatusCode != 200 || body != "b" {
+			t.Fatalf("request %d for the live owner while the other black-holes: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	// Loose: a deadline of budget + upstream, plus scheduling.
+	const bound = budget + upstream + 800*time.Millisecond
+	for range waiting {
+		r := recv(t, "a request for the black hole", results)
+		if r.code != 502 && r.code != 503 || r.took > bound {
+			t.Errorf("a request for the black hole: %d after %v, want 502 or 503 within %v", r.code, r.took, bound)
+		}
+	}
+}
