@@ -33,6 +33,9 @@ const (
 	DefaultMaxHeaderBytes   = 16 << 10
 	DefaultMaxBodyBytes     = 4 << 20
 	DefaultMaxConnsPerOwner = 512
+	// DefaultMaxConnsPerIP lets one client address hold a busy front end's
+	// pool of connections, but not the proxy's MaxConns.
+	DefaultMaxConnsPerIP = 256
 	// DefaultLookupName is the xDS node id of the proxy's Lookup.
 	DefaultLookupName = "fuge-proxy"
 )
@@ -148,9 +151,17 @@ type Config struct {
 	// DialTimeout bounds connecting to an owner. Default 1 s.
 	DialTimeout time.Duration
 
-	// MaxConns limits concurrent client connections; beyond it a new
-	// connection gets 503 and is closed. Default 10000.
+	// MaxConns limits concurrent client connections, idle ones included;
+	// beyond it a new connection gets 503 and is closed. Default 10000.
 	MaxConns int
+	// MaxConnsPerIP limits the concurrent connections from one client
+	// address (IPv4 or IPv6, each address apart), so that one client
+	// holding idle connections cannot take all of MaxConns; beyond it a new
+	// connection from that address gets 429 and is closed. It must be below
+	// MaxConns. Zero means 256 (DefaultMaxConnsPerIP), or MaxConns/2 if that
+	// is smaller; negative means no limit (a load generator, or a front end
+	// that all clients come through).
+	MaxConnsPerIP int
 	// MaxHeaderBytes limits a request's line and header; a larger one gets
 	// 431. Default 16 KiB.
 	MaxHeaderBytes int
@@ -211,6 +222,7 @@ func (c Config) withDefaults() Config {
 	defN(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	defN(&c.MaxBodyBytes, DefaultMaxBodyBytes)
 	defN(&c.MaxConnsPerOwner, DefaultMaxConnsPerOwner)
+	defN(&c.MaxConnsPerIP, max(1, min(DefaultMaxConnsPerIP, c.MaxConns/2)))
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -276,6 +288,10 @@ func (c Config) Validate() error {
 		if n.v < 0 {
 			return fmt.Errorf("%w: %s %d is negative", ErrConfig, n.name, n.v)
 		}
+	}
+	if c.MaxConnsPerIP >= c.MaxConns && c.MaxConns > 1 {
+		return fmt.Errorf("%w: max connections per IP %d must be below max connections %d, or one client can take them all",
+			ErrConfig, c.MaxConnsPerIP, c.MaxConns)
 	}
 	if c.MaxHeaderBytes < 1024 {
 		return fmt.Errorf("%w: max header bytes %d is below 1024", ErrConfig, c.MaxHeaderBytes)

@@ -65,12 +65,16 @@
 //
 // ReadTimeout bounds reading a whole request from its first byte, so a
 // client sending it slowly (slowloris) is cut off, and connections beyond
-// MaxConns are refused with 503; neither blocks other clients. A header
-// over MaxHeaderBytes gets 431, a body over MaxBodyBytes 413. A request
-// with both Content-Length and Transfer-Encoding gets 400 and its
-// connection is closed (RFC 9112 §6.3: a front end that framed it by
-// Content-Length would take the rest of the body for a request of its
-// own), and one without Host (HTTP/1.0 allows it) gets 400. The admin
+// MaxConns are refused with 503; neither blocks other clients. One client
+// address may hold MaxConnsPerIP connections (256), idle ones included, and
+// its connections beyond that get 429, so that one client cannot take all of
+// MaxConns; IPv6 addresses count one by one, so a client with a whole prefix
+// is bounded by MaxConns only. A header over MaxHeaderBytes gets 431, a
+// body over MaxBodyBytes 413. A request with both Content-Length and
+// Transfer-Encoding gets 400 and its connection is closed (RFC 9112 §6.3:
+// a front end that framed it by Content-Length would take the rest of the
+// body for a request of its own), and one without Host (HTTP/1.0 allows it)
+// gets 400. The admin
 // listener, apart from the proxied one so that no proxied path is
 // shadowed, serves GET /metrics (Prometheus: requests by status class,
 // attempts, retries, misroutes, refusals, upstream errors, give-ups, and

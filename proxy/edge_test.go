@@ -98,6 +98,77 @@ func TestHTTP10WithoutHost(t *testing.T) {
 	}
 }
 
+// dialFrom connects to addr from the local IP from, skipping the test where
+// the loopback network has no such address (Linux routes all of
+// 127.0.0.0/8 to lo).
+func dialFrom(t *testing.T, from, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: defaultTestTimeout}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot dial from %s: %v", from, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestPerIPConnLimit: one client address holding twice its limit in idle
+// connections gets 429 on those beyond the limit, and cannot take the
+// proxy's MaxConns: a client from another address is still served. A
+// closed connection gives its slot back.
+func TestPerIPConnLimit(t *testing.T) {
+	o := startOwner(t, "a", nil)
+	const perIP, maxConns = 20, 30
+	p := startProxy(t, func(c *Config) {
+		c.Balancer = newFakeBalancer(to(o.addr, 1), o.addr)
+		c.MaxConns, c.MaxConnsPerIP = maxConns, perIP
+	})
+	addr := p.Addr().String()
+	const request = "GET / HTTP/1.1\r\nHost: h\r\nX-Fuge-Key: a\r\n\r\n"
+	// The kernel queues connections in order, and the proxy accepts them in
+	// order: the first perIP are held, every later one is answered 429.
+	var held []net.Conn
+	for i := range 2 * perIP {
+		c := dialFrom(t, "127.0.0.1", addr)
+		if i < perIP {
+			held = append(held, c)
+			continue
+		}
+		c.SetDeadline(time.Now().Add(defaultTestTimeout))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("connection %d, beyond the limit: %v, want a 429", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 429 || string(b) != "fuge-proxy: too many connections from your address\n" {
+			t.Fatalf("connection %d, beyond the limit: %d %q", i, resp.StatusCode, b)
+		}
+	}
+	if s := p.Stats(); s.RefusedConns != perIP {
+		t.Fatalf("refused %d connections, want %d", s.RefusedConns, perIP)
+	}
+
+	// Another address is served while the first holds its limit.
+	other := dialFrom(t, "127.0.0.2", addr)
+	other.SetDeadline(time.Now().Add(defaultTestTimeout))
+	io.WriteString(other, request)
+	resp, err := http.ReadResponse(bufio.NewReader(other), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("another client: %v %v, want 200", resp, err)
+	}
+
+	// A held connection closed frees its slot for the same address.
+	held[0].Close()
+	fugetest.Eventually(t, "a connection from 127.0.0.1 to be served again", func() bool {
+		c := dialFrom(t, "127.0.0.1", addr)
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(defaultTestTimeout))
+		io.WriteString(c, request)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		return err == nil && resp.StatusCode == 200
+	})
+}
+
 // blackHole accepts connections and never answers; it holds them until the
 // test ends.
 func blackHole(t *testing.T) string {

@@ -32,6 +32,9 @@ type Stats struct {
 	GiveUps uint64
 	// Owners is the number of owner connection pools held.
 	Owners int
+	// RefusedConns counts client connections closed at once because their
+	// address held MaxConnsPerIP already.
+	RefusedConns uint64
 }
 
 // counters are the Proxy's counters; Stats and /metrics read them.
@@ -39,7 +42,7 @@ type counters struct {
 	responses                        [6]atomic.Uint64
 	attempts, retries, misroutes     atomic.Uint64
 	refused, upstreamErrors, giveUps atomic.Uint64
-	abandoned                        atomic.Uint64
+	abandoned, refusedConns          atomic.Uint64
 }
 
 // status counts a response.
@@ -73,6 +76,7 @@ func newMetrics(c *counters, healthy func() bool, owners func() int) *metrics {
 		counter("refused_total", "Attempts that never reached an owner (connection failed, no free connection).", &c.refused, nil),
 		counter("upstream_errors_total", "Attempts that failed after the request may have been sent.", &c.upstreamErrors, nil),
 		counter("abandoned_connections_total", "Connections to owners that left the lease table, closed with any attempt waiting on them.", &c.abandoned, nil),
+		counter("refused_client_conns_total", "Client connections refused because their address held MaxConnsPerIP already.", &c.refusedConns, nil),
 		counter("give_ups_total", "Requests answered 503 or 502 after the retry budget ran out.", &c.giveUps, nil),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fuge_proxy_healthy", Help: "1 when the balancer has a table."},
 			func() float64 {

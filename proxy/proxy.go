@@ -117,10 +117,11 @@ func (p *Proxy) Start() error {
 	case p.started:
 		return ErrStarted
 	}
-	ln, err := net.Listen("tcp", p.cfg.ListenAddr)
+	tcpLn, err := net.Listen("tcp", p.cfg.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("proxy: listen: %w", err)
 	}
+	ln := limitPerIP(tcpLn, p.cfg.MaxConnsPerIP, &p.c.refusedConns)
 	adminLn, err := net.Listen("tcp", p.cfg.AdminAddr)
 	if err != nil {
 		ln.Close()
@@ -152,8 +153,9 @@ func (p *Proxy) Start() error {
 }
 
 // Serve serves proxied traffic on ln until Shutdown (for listeners that Start
-// does not make, such as fasthttputil.InmemoryListener). It starts the
-// Lookup on first use. Call Shutdown only once Serve has started.
+// does not make, such as fasthttputil.InmemoryListener), with the same
+// limits as Start's. It starts the Lookup on first use. Call Shutdown only
+// once Serve has started.
 func (p *Proxy) Serve(ln net.Listener) error {
 	p.mu.Lock()
 	err := p.startBackgroundLocked()
@@ -161,7 +163,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	if err != nil {
 		return err
 	}
-	return p.server.Serve(ln)
+	return p.server.Serve(limitPerIP(ln, p.cfg.MaxConnsPerIP, &p.c.refusedConns))
 }
 
 // startBackgroundLocked starts the Lookup and the owner watcher once.
@@ -251,6 +253,7 @@ func (p *Proxy) Stats() Stats {
 	s.UpstreamErrors = p.c.upstreamErrors.Load()
 	s.GiveUps = p.c.giveUps.Load()
 	s.Owners = p.owners.len()
+	s.RefusedConns = p.c.refusedConns.Load()
 	return s
 }
 

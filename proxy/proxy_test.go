@@ -473,6 +473,9 @@ func TestConfigValidate(t *testing.T) {
 		{"negative budget", func(c *Config) { c.Balancer = bal; c.RetryBudget = -1 }, ErrConfig},
 		{"negative body", func(c *Config) { c.Balancer = bal; c.MaxBodyBytes = -1 }, ErrConfig},
 		{"tiny header", func(c *Config) { c.Balancer = bal; c.MaxHeaderBytes = 100 }, ErrConfig},
+		{"per-IP limit at MaxConns", func(c *Config) { c.Balancer = bal; c.MaxConns, c.MaxConnsPerIP = 100, 100 }, ErrConfig},
+		{"per-IP default under a small MaxConns", func(c *Config) { c.Balancer = bal; c.MaxConns = 100 }, nil},
+		{"no per-IP limit", func(c *Config) { c.Balancer = bal; c.MaxConnsPerIP = -1 }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var c Config
@@ -485,7 +488,11 @@ func TestConfigValidate(t *testing.T) {
 	}
 	d := DefaultConfig()
 	if d.ListenAddr != DefaultListenAddr || d.RetryBudget != 10*time.Second || d.BackoffBase != 5*time.Millisecond ||
-		d.Header != "X-Fuge-Key" || d.Namespace != "default" || d.MissingKey != MissingKeyReject || d.Balance != BalanceLease {
+		d.Header != "X-Fuge-Key" || d.Namespace != "default" || d.MissingKey != MissingKeyReject || d.Balance != BalanceLease ||
+		d.MaxConnsPerIP != 256 {
 		t.Fatalf("defaults %+v", d)
+	}
+	if c := (Config{MaxConns: 100}).withDefaults(); c.MaxConnsPerIP != 50 {
+		t.Fatalf("per-IP default under MaxConns 100: %d, want 50", c.MaxConnsPerIP)
 	}
 }
