@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -148,7 +149,8 @@ type Config struct {
 	// UpstreamTimeout bounds writing a request to an owner and reading its
 	// response, per attempt. Default 10 s.
 	UpstreamTimeout time.Duration
-	// DialTimeout bounds connecting to an owner. Default 1 s.
+	// DialTimeout bounds connecting to an owner, the TLS handshake included
+	// with BackendTLS. Default 1 s.
 	DialTimeout time.Duration
 
 	// MaxConns limits concurrent client connections, idle ones included;
@@ -175,6 +177,20 @@ type Config struct {
 	// Dial, if set, connects to an owner (for tests: an in-memory
 	// listener). Nil means TCP with DialTimeout.
 	Dial func(addr string) (net.Conn, error)
+	// BackendTLS, if set, makes the proxy speak TLS to every owner with
+	// this configuration: it presents the proxy's certificate and must
+	// accept only owners (cmd/fuge-proxy --backend-tls uses
+	// fugetls.Source.ClientConfig(fugetls.RoleOwner)). The handshake is
+	// part of connecting: it must finish within DialTimeout, and a failed
+	// one counts as a refused connection (nothing was sent, so any request
+	// is retried). An empty ServerName is the owner's host. Nil means plain
+	// HTTP to owners, which is what ownerguard's servers speak by default.
+	BackendTLS *tls.Config
+	// ManagerTLS, if set, is the TLS configuration of the Lookup's gRPC
+	// connections to the managers (cmd/fuge-proxy: mutual TLS with the
+	// proxy's certificate, fugetls.Source.ClientConfig(fugetls.RoleManager)).
+	// Nil means plain gRPC (tests, --insecure). Unused when Balancer is set.
+	ManagerTLS *tls.Config
 	// Logger receives life-cycle events, and fasthttp's errors (mostly
 	// clients' bad requests) at debug level. Nil means discard.
 	Logger *slog.Logger

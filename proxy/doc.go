@@ -82,11 +82,27 @@
 // table). Shutdown stops accepting, closes idle connections, and lets
 // requests in flight finish, retries included.
 //
+// # TLS
+//
+// The proxy speaks plain HTTP to owners unless BackendTLS is set (fuge-proxy
+// --backend-tls); then it dials every owner with TLS, presenting its own
+// certificate and accepting only one that its CA issued for the owner role
+// (fugetls), so that a process that takes an owner's address without its
+// certificate gets no request. The handshake belongs to the dial: it must
+// finish within DialTimeout, and a failed one is a refused connection, so
+// the request, a POST too, was never sent and is retried until the budget,
+// then answered 503. Connections are kept alive, so a handshake is paid
+// once per connection and a request pays record encryption: on a shared
+// two-core machine BenchmarkProxy/tls-backend took 17 to 24 µs against 14
+// µs for /plain, owner's side of TLS included. The Lookup reaches the
+// managers with mutual TLS under ManagerTLS (fuge-proxy's default).
+//
 // # Cost
 //
 // A proxied request in the steady state allocates nothing: the key is
 // hashed in place, the balancer reads an immutable table through an atomic
 // pointer, the owner's client comes from an immutable map, header edits use
 // pooled buffers, and fasthttp reuses the request and response. The
-// BenchmarkProxy family proves it (0 allocs/op).
+// BenchmarkProxy family proves it (0 allocs/op; over TLS to the owner,
+// crypto/tls allocates 24 bytes per record it reads, on each side).
 package proxy

@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"sync"
@@ -218,20 +220,50 @@ func (o *owners) len() int { return len(*o.m.Load()) }
 
 // newHostClient returns the pool to one owner. The proxy does its own
 // retries, so the client makes one attempt per call.
+//
+// With BackendTLS, the handshake is part of the dial, not left to fasthttp
+// (IsTLS): then a failed handshake is a dialError like a refused
+// connection (nothing was sent, so even a POST may go elsewhere), and a
+// black hole that accepts TCP and never answers the handshake is given up
+// after DialTimeout rather than UpstreamTimeout.
 func (p *Proxy) newHostClient(addr string, conns *connSet) *fasthttp.HostClient {
 	dial := p.cfg.Dial
 	if dial == nil {
 		d := &net.Dialer{Timeout: p.cfg.DialTimeout}
 		dial = func(addr string) (net.Conn, error) { return d.Dial("tcp", addr) }
 	}
+	var tlsConf *tls.Config
+	if p.cfg.BackendTLS != nil {
+		tlsConf = p.cfg.BackendTLS.Clone()
+		if tlsConf.ServerName == "" {
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				tlsConf.ServerName = host
+			}
+		}
+		if len(tlsConf.NextProtos) == 0 {
+			tlsConf.NextProtos = []string{"http/1.1"}
+		}
+	}
 	return &fasthttp.HostClient{
 		Addr: addr,
 		Dial: func(addr string) (net.Conn, error) {
+			start := time.Now()
 			c, err := dial(addr)
 			if err != nil {
 				return nil, &dialError{err}
 			}
-			return conns.add(c), nil
+			c = conns.add(c)
+			if tlsConf == nil {
+				return c, nil
+			}
+			tc := tls.Client(c, tlsConf)
+			tc.SetDeadline(start.Add(p.cfg.DialTimeout))
+			if err := tc.Handshake(); err != nil {
+				c.Close()
+				return nil, &dialError{fmt.Errorf("TLS handshake: %w", err)}
+			}
+			tc.SetDeadline(time.Time{})
+			return tc, nil
 		},
 		MaxConns:                  p.cfg.MaxConnsPerOwner,
 		MaxConnWaitTimeout:        p.cfg.RetryBudget,

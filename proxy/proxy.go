@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/valyala/fasthttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/fuge-project/fuge/lb"
 )
@@ -55,9 +57,14 @@ func New(cfg Config) (*Proxy, error) {
 
 	p.bal, p.fallback = cfg.Balancer, cfg.Fallback
 	if p.bal == nil {
+		var opts []grpc.DialOption
+		if cfg.ManagerTLS != nil {
+			opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg.ManagerTLS)))
+		}
 		l, err := lb.NewLookup(lb.LookupConfig{
 			Managers: cfg.Managers, Namespace: cfg.Namespace, Name: cfg.LookupName,
 			StalenessBound: cfg.LookupStalenessBound,
+			DialOptions:    opts,
 			Logger:         cfg.Logger.With("component", "lookup"),
 		})
 		if err != nil {

@@ -489,7 +489,7 @@ func TestConfigValidate(t *testing.T) {
 	d := DefaultConfig()
 	if d.ListenAddr != DefaultListenAddr || d.RetryBudget != 10*time.Second || d.BackoffBase != 5*time.Millisecond ||
 		d.Header != "X-Fuge-Key" || d.Namespace != "default" || d.MissingKey != MissingKeyReject || d.Balance != BalanceLease ||
-		d.MaxConnsPerIP != 256 {
+		d.MaxConnsPerIP != 256 || d.BackendTLS != nil || d.ManagerTLS != nil {
 		t.Fatalf("defaults %+v", d)
 	}
 	if c := (Config{MaxConns: 100}).withDefaults(); c.MaxConnsPerIP != 50 {
