@@ -1,7 +1,10 @@
 // Command fuge-proxy runs Fuge's reverse proxy in front of a pool of owners:
 // it follows a namespace's lease table from the managers and sends each
 // request to the owner holding its key (the X-Fuge-Key header by default),
-// retrying briefly while a range changes hands.
+// retrying briefly while a range changes hands. It reaches the managers
+// with mutual TLS, with the certificates that fugectl certs init writes
+// (--tls-dir), unless --insecure, and the owners with TLS under
+// --backend-tls.
 //
 // Run fuge-proxy --help for the settings; cmd/README.md has examples.
 package main
@@ -20,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/proxy"
 )
 
@@ -37,7 +41,8 @@ func main() {
 
 // run serves until ctx ends, then drains in-flight requests. It returns the
 // exit code: 0 after a clean stop or --help, 1 when the proxy fails to start
-// or to drain in time, 2 for a bad configuration.
+// or to drain in time, 2 for a bad configuration or certificates that do not
+// load.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	s, err := load(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
@@ -51,6 +56,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: s.logLevel}))
 	cfg := s.cfg
 	cfg.Logger = log
+	if s.tls.Insecure {
+		fmt.Fprintln(stderr, fugetls.InsecureWarning("fuge-proxy"))
+	} else {
+		src, err := s.tls.Source(fugetls.ProxyBase)
+		if err != nil {
+			fmt.Fprintf(stderr, "fuge-proxy: %v\n", err)
+			return 2
+		}
+		cfg.ManagerTLS = src.ClientConfig(fugetls.RoleManager)
+		if s.backendTLS {
+			cfg.BackendTLS = src.ClientConfig(fugetls.RoleOwner)
+		}
+	}
 	p, err := proxy.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "fuge-proxy: %v\n", err)
@@ -77,6 +95,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // settings is the parsed command line.
 type settings struct {
 	cfg             proxy.Config
+	tls             fugetls.Options // run loads the certificates (fugetls.ProxyBase)
+	backendTLS      bool
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
 }
@@ -132,10 +152,20 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	fs.DurationVar(&c.UpstreamTimeout, "upstream-timeout", d.UpstreamTimeout, "time for an owner to answer, per attempt")
 	fs.DurationVar(&c.DialTimeout, "dial-timeout", d.DialTimeout, "time to connect to an owner")
 	fs.DurationVar(&c.LookupStalenessBound, "staleness-bound", 0, "notify loss everywhere after this long without the manager (default 30s)")
-	fs.IntVar(&c.MaxConns, "max-conns", d.MaxConns, "concurrent client connections")
+	fs.IntVar(&c.MaxConns, "max-conns", d.MaxConns, "concurrent client connections, idle ones included")
+	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 0,
+		"concurrent connections from one client address, 429 beyond; below --max-conns; -1: no limit (default 256, or half of --max-conns if less)")
 	fs.Var((*sizeValue)(&c.MaxHeaderBytes), "max-header-bytes", "request line and header size limit, 431 beyond (default 16KiB)")
 	fs.Var((*sizeValue)(&c.MaxBodyBytes), "max-body-bytes", "request body size limit, 413 beyond (default 4MiB)")
 	fs.IntVar(&c.MaxConnsPerOwner, "max-conns-per-owner", d.MaxConnsPerOwner, "connections to each owner")
+	fs.StringVar(&s.tls.Dir, "tls-dir", fugetls.DefaultDir,
+		"certificates as fugectl certs init writes them: ca.crt, proxy.crt, proxy.key; re-read when they change")
+	fs.StringVar(&s.tls.CA, "tls-ca", "", "CA bundle (PEM) instead of --tls-dir; with --tls-cert and --tls-key")
+	fs.StringVar(&s.tls.Cert, "tls-cert", "", "the proxy's certificate (URI SAN spiffe://fuge/proxy/<name>)")
+	fs.StringVar(&s.tls.Key, "tls-key", "", "the proxy's private key")
+	fs.BoolVar(&s.tls.Insecure, "insecure", false, "no TLS and no authentication to the managers: for tests only")
+	fs.BoolVar(&s.backendTLS, "backend-tls", false,
+		"connect to owners with TLS, presenting the proxy's certificate and accepting only owners' (owners serve plain HTTP unless told)")
 	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", s.shutdownTimeout, "time to drain in-flight requests on SIGINT or SIGTERM")
 	return fs
@@ -162,6 +192,14 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	}
 	if fs.NArg() > 0 {
 		return s, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	switch {
+	case s.tls.Insecure && s.backendTLS:
+		return s, errors.New("--backend-tls needs the proxy's certificate: drop --insecure")
+	case !s.tls.Insecure:
+		if _, err := s.tls.Files(fugetls.ProxyBase); err != nil {
+			return s, err
+		}
 	}
 	return s, s.cfg.Validate()
 }
