@@ -26,7 +26,9 @@
 // Proxy-Authenticate, Proxy-Authorization, TE, Trailer, Transfer-Encoding,
 // Upgrade) are removed both ways, keeping the order of the others; the
 // client's address is appended to X-Forwarded-For. Upgrades (WebSocket)
-// are therefore not proxied.
+// are therefore not proxied. A Connection header naming the routing header
+// or Fuge-Generation removes neither: the owner reads the key the proxy
+// hashed and the generation it stamped.
 //
 // # Retries
 //

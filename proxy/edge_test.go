@@ -7,12 +7,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/fuge-project/fuge/internal/fugetest"
 	"github.com/fuge-project/fuge/lb"
+	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/ring"
 )
 
@@ -60,6 +64,44 @@ func TestFramingConflictClosesConnection(t *testing.T) {
 	}
 	if n := o.hits.Load(); n != 0 {
 		t.Fatalf("the owner saw %d requests", n)
+	}
+}
+
+// TestConnectionCannotDropRoutingHeaders: a Connection header naming the
+// routing header or Fuge-Generation removes neither: the owner the key was
+// routed to reads the same key, and the generation the proxy stamped.
+func TestConnectionCannotDropRoutingHeaders(t *testing.T) {
+	for _, header := range []string{DefaultHeader, "X-User"} {
+		t.Run(header, func(t *testing.T) {
+			echo := func(name string) fasthttp.RequestHandler {
+				return func(ctx *fasthttp.RequestCtx) {
+					ctx.Response.Header.SetBytesV("Got-Key", ctx.Request.Header.Peek(header))
+					ctx.Response.Header.SetBytesV("Got-Generation", ctx.Request.Header.Peek(GenerationHeader))
+					ctx.SetBodyString(name)
+				}
+			}
+			owners := []*testOwner{startOwner(t, "a", echo("a")), startOwner(t, "b", echo("b"))}
+			bal := newFakeBalancer(func(h uint64) (lb.Pick, bool) {
+				return lb.Pick{Addr: owners[h%2].addr, Range: ring.Full(), Gen: lease.Gen(10 + h%2)}, true
+			}, owners[0].addr, owners[1].addr)
+			p := startProxy(t, func(c *Config) { c.Balancer = bal; c.Header = header })
+			for i, conn := range []string{
+				header + ", " + GenerationHeader,
+				"keep-alive, " + header,
+				"fuge-generation,x-secret , " + header,
+			} {
+				key := fmt.Sprintf("device-%d", i)
+				h := ring.HashString(key)
+				resp, body := raw(t, p.Addr().String(), "GET / HTTP/1.1\r\nHost: h\r\n"+
+					header+": "+key+"\r\nConnection: "+conn+"\r\nFuge-Generation: 99\r\nX-Secret: s\r\n\r\n")
+				want := owners[h%2].name
+				if gen := strconv.FormatUint(10+h%2, 10); resp.StatusCode != 200 || body != want ||
+					resp.Header.Get("Got-Key") != key || resp.Header.Get("Got-Generation") != gen {
+					t.Errorf("Connection: %s: %d from %q, owner read key %q generation %q; want 200 from %q, key %q, generation %s",
+						conn, resp.StatusCode, body, resp.Header.Get("Got-Key"), resp.Header.Get("Got-Generation"), want, key, gen)
+				}
+			}
+		})
 	}
 }
 
