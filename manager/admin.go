@@ -45,6 +45,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/namespaces/{ns}/owners", s.leaderOnly(s.getOwners))
 	mux.HandleFunc("GET /v1/namespaces/{ns}/view", s.leaderOnly(s.getView))
 	mux.HandleFunc("POST /v1/namespaces/{ns}/owners/{name}/drain", s.leaderOnly(s.postDrain))
+	s.registerUI(mux) // the dashboard (/ui/) and the event stream (/v1/events): ui.go
 	return s.guard(mux)
 }
 

@@ -17,11 +17,16 @@ import (
 type Output struct {
 	Commits []Commit
 	Send    []lease.LeaseResponse
+	// Events are the step's recalls, cancelled recalls and expiries, for
+	// the event log (GET /v1/events): what only the core knows. They are
+	// informational: nothing waits on them, and Empty ignores them.
+	Events []CoreEvent
 }
 
 func (o *Output) merge(p Output) {
 	o.Commits = append(o.Commits, p.Commits...)
 	o.Send = append(o.Send, p.Send...)
+	o.Events = append(o.Events, p.Events...)
 }
 
 // Empty reports whether there is nothing to do.

@@ -51,6 +51,10 @@ type fsm struct {
 	observer  Observer
 	// onApply, if set, hears each applied index (metrics).
 	onApply func(index uint64)
+	// events, if set, hears what each entry changed (the event log);
+	// pending holds them until the lock is released.
+	events  *eventHub
+	pending []*hubItem
 }
 
 func newFSM(retention, lease time.Duration, obs Observer) *fsm {
@@ -75,7 +79,10 @@ func (f *fsm) Apply(l *raft.Log) any {
 	res, views, deleted := f.apply(c)
 	f.st.Index = l.Index
 	rings := f.ringNotes(c, res)
+	evs := f.pending
+	f.pending = nil
 	f.mu.Unlock()
+	f.events.publish(evs)
 	if f.observer != nil {
 		for _, v := range views {
 			f.observer.NamespaceView(v.ns, v.entries, v.lsn)
@@ -180,12 +187,14 @@ func (f *fsm) apply(c command) (res any, views []viewNote, deleted string) {
 			return err, nil, ""
 		}
 		f.st.Namespaces[st.Config.Name] = &st
+		f.noteNamespace(EventCreate, st.Config.Name)
 		return nil, []viewNote{{st.Config.Name, slices.Clone(st.Entries), st.LSN}}, ""
 	case "delete":
 		if _, ok := f.st.Namespaces[c.Name]; !ok {
 			return fmt.Errorf("%w: %q", ErrUnknownNamespace, c.Name), nil, ""
 		}
 		delete(f.st.Namespaces, c.Name)
+		f.noteNamespace(EventDelete, c.Name)
 		return nil, nil, c.Name
 	case "commit":
 		for _, cm := range c.Commits {
@@ -193,9 +202,11 @@ func (f *fsm) apply(c command) (res any, views []viewNote, deleted string) {
 			if !ok {
 				return fmt.Errorf("%w: %q", ErrUnknownNamespace, cm.Namespace), views, ""
 			}
+			evs := f.commitEvents(st, cm) // before Apply: they name the previous holders
 			if err := st.Apply(cm, f.retention); err != nil {
 				return err, views, ""
 			}
+			f.pending = append(f.pending, evs...)
 			if len(cm.Changes) > 0 {
 				views = append(views, viewNote{cm.Namespace, slices.Clone(st.Entries), st.LSN})
 			}

@@ -128,6 +128,14 @@ func (l *leaderState) run() {
 // returns false, and ends leadership here, if the commit failed.
 func (l *leaderState) process(out Output) bool {
 	l.countStats()
+	// The event log tells a step as it happened: expiries, then what the
+	// commit changed (an owner's session ending, losses, grants), then the
+	// recalls that the commit's new owners cause.
+	if len(out.Events) > 0 {
+		now := l.s.cfg.Clock.Now()
+		l.s.events.coreEvents(out.Events, now, true)
+		defer l.s.events.coreEvents(out.Events, now, false)
+	}
 	if len(out.Commits) > 0 {
 		if err := l.s.apply(command{Op: "commit", Commits: out.Commits}); err != nil {
 			l.s.log.Warn("commit failed; stepping down", "err", err)

@@ -123,6 +123,10 @@ type namespace struct {
 	// (per session), of Recalling arcs and orphans, and race re-sends.
 	deadlines deadlineHeap
 	waiting   int // sessions waiting
+	// events are the step's recalls and expiries, per kind and owner
+	// (note), handed out in Output.Events.
+	events   []CoreEvent
+	eventIdx map[coreEventKey]int
 }
 
 const maxRetired = 16

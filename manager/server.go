@@ -44,6 +44,7 @@ type Server struct {
 	grpcLn  net.Listener
 	httpLn  net.Listener
 	metrics *metrics
+	events  *eventHub // the event log and its subscribers (events.go)
 
 	heartbeatTimeout time.Duration // raft's: after it, a standby stops naming the leader
 	sessions         *sessionLimiter
@@ -63,7 +64,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sessions: newSessionLimiter(cfg.SessionRate, cfg.SessionBurst)}
 	s.fsm = newFSM(cfg.LogRetention, cfg.LeaseDuration, cfg.Observer)
+	s.events = newEventHub(cfg.Clock, defaultEventBacklog, defaultMaxSubscribers)
+	s.fsm.events = s.events
 	s.metrics = newMetrics(s)
+	s.metrics.reg.MustRegister(&dashCollector{s: s}) // raft state, holdings, event streams: dashmetrics.go
 	s.fsm.onApply = s.metrics.applied
 	return s, nil
 }

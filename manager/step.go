@@ -47,6 +47,7 @@ func (n *namespace) step(now time.Time) Output {
 		}
 	}
 	n.log.truncate(now, n.m.cfg.LogRetention)
+	out.Events, n.events, n.eventIdx = n.events, nil, nil
 	return out
 }
 
@@ -81,6 +82,7 @@ func (n *namespace) expire(now int64) {
 			}
 			n.arcsOf(s, func(i int) {
 				if a := n.table.Value(i); a.st == Granted {
+					n.note(EventExpiry, a.holder, i)
 					n.set(i, n.free(false))
 					n.m.stats.Expiries++
 					n.changed = true
@@ -89,6 +91,7 @@ func (n *namespace) expire(now int64) {
 		case arcExpiry:
 			n.indicesIn(d.r, func(i int) {
 				if a := n.table.Value(i); a.st == Recalling && a.expiry <= now {
+					n.note(EventExpiry, a.holder, i)
 					n.set(i, n.free(false))
 					n.m.stats.Expiries++
 					n.changed = true
@@ -112,6 +115,7 @@ func (n *namespace) endSession(s *session, now int64) {
 	n.arcsOf(s, func(i int) {
 		a := n.table.Value(i)
 		if a.st == Granted || a.expiry <= now {
+			n.note(EventExpiry, a.holder, i)
 			n.set(i, n.free(false))
 			n.m.stats.Expiries++
 		} else {
@@ -325,10 +329,12 @@ func (n *namespace) reconcileArc(i int, d *ring.Ring) {
 		}
 		n.dirty[a.holder] = true
 		n.m.stats.Recalls++
+		n.note(EventRecall, a.holder, i)
 		n.deadlines.push(deadline{at: a.expiry, kind: arcExpiry, r: r})
 	case a.st == Recalling && a.holder == want:
 		a.st, a.expiry = Granted, 0
 		n.dirty[a.holder] = true
+		n.note(EventKeep, a.holder, i)
 	case a.st == Free && want != "":
 		// An arc freed in this step was never seen free: its new
 		// generation, which nobody has held, goes to the grant.
