@@ -8,6 +8,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The dashboard's end-to-end test (e2e/dashboard_test.go) drives Debian's
+# chromium. Install it when it is missing and we may (CI runs as root);
+# otherwise that test fails and says how to install it.
+if ! command -v chromium >/dev/null 2>&1 && [[ ! -x /usr/bin/chromium ]]; then
+	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+		echo 'test: installing chromium for the dashboard test' >&2
+		apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium >&2
+	else
+		echo 'test: WARNING: chromium is missing and cannot be installed here (needs root and apt-get); the dashboard test will fail' >&2
+	fi
+fi
+
 race=(-race)
 if [[ $(go env CGO_ENABLED) != 1 ]]; then
 	echo 'test: WARNING: cgo is off (no C compiler?), so the race detector is unavailable; running without -race' >&2
