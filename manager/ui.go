@@ -16,11 +16,14 @@ import (
 // and follows the event log live (GET /v1/events, server-sent events).
 //
 // What an open page costs the leader: one snapshot of the lease table when
-// it loads or reconnects (O(arcs) on the leader's loop, about a
-// millisecond at R = 65536), the owner list every few seconds (O(owners)),
-// and nothing per renewal: the table is kept up to date from the event
-// stream, whose deltas are made only while a page listens and are encoded
-// once, off the leader's loop. BenchmarkDashboard measures it.
+// it loads or reconnects (O(arcs) on the leader's loop), the owner list
+// every few seconds (O(owners)), and nothing per renewal: the table is kept
+// up to date from the event stream, whose deltas are made only while a page
+// listens and are encoded once, off the leader's loop. BenchmarkDashboard
+// measures it at R = 65536 with 50 owners (2 shared cores): a renewal costs
+// the loop 107 µs with or without a page open (p50 93 and 80 µs, p99 532
+// and 614 µs); a page load holds the loop for 2.5 ms and takes 25 ms in
+// all (its JSON, about 8 MB, is built off the loop); an owners poll, 30 µs.
 //
 // The routes sit behind the admin guard like the rest of the API: with
 // TLS, reading needs a client certificate from the cluster's CA and the
