@@ -20,7 +20,11 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
 	"github.com/fuge-project/fuge/internal/clientshell"
+	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/lb"
 	"github.com/fuge-project/fuge/ring"
 )
@@ -78,6 +82,8 @@ type Harness struct {
 	hist     History
 	keys     []string
 	stale    string // an owner a stale router keeps sending to, or ""
+	certs    string // the pool's CA and certificates: every port is mutual TLS
+	admin    *http.Client
 }
 
 type managerPorts struct {
@@ -135,7 +141,7 @@ func (h *Harness) start(label, bin string, args ...string) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(h.Bin, bin), args...)
+	cmd := exec.Command(filepath.Join(h.Bin, bin), append(args, "--tls-dir", h.certs)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if bin == "fuge-manager" && h.L.UnsafeReplace {
 		cmd.Env = append(os.Environ(), "FUGE_UNSAFE_REPLACE_INCARNATION=break-single-copy")
@@ -239,6 +245,21 @@ func (h *Harness) Start(ctx context.Context) error {
 	for i := range h.L.Keys {
 		h.keys = append(h.keys, "dev-"+strconv.Itoa(i))
 	}
+	// Every process runs with mutual TLS, as it does by default: the
+	// relays pass TLS through, and peers are checked by ID, not address.
+	h.certs = filepath.Join(h.Dir, "certs")
+	var owners []fugetls.ID
+	for i := range h.L.Owners {
+		owners = append(owners, fugetls.OwnerID("default", fmt.Sprintf("p%d", i+1)))
+	}
+	if err := fugetls.InitDir(h.certs, fugetls.InitOptions{Owners: owners, Now: time.Now()}); err != nil {
+		return err
+	}
+	admin, err := fugetls.NewSource(fugetls.DirFiles(h.certs, fugetls.AdminBase))
+	if err != nil {
+		return err
+	}
+	h.admin = &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: admin.ClientConfig(fugetls.RoleManager)}}
 	for i := range h.L.Managers {
 		m := &managerPorts{name: fmt.Sprintf("m%d", i+1), raft: freePort(), grpc: freePort(), http: freePort(), clockRate: 1}
 		m.dataDir = filepath.Join(h.Dir, "data", m.name)
@@ -371,11 +392,15 @@ func (h *Harness) startLookup(ctx context.Context) error {
 		h.hist.Losses = append(h.hist.Losses, Loss{At: at, All: all, Gens: gens})
 		h.mu.Unlock()
 	}
-	var err error
+	src, err := fugetls.NewSource(fugetls.DirFiles(h.certs, fugetls.ProxyBase))
+	if err != nil {
+		return err
+	}
 	l, err = lb.NewLookup(lb.LookupConfig{
 		Managers: strings.Split(h.grpcRelays(), ","), Namespace: "default", Name: "chaos-harness",
 		StalenessBound: h.hist.Bound,
 		OnLoss:         func(ranges []ring.Range, all bool) { record(all, ranges) },
+		DialOptions:    []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(src.ClientConfig(fugetls.RoleManager)))},
 	})
 	if err != nil {
 		return err
@@ -415,11 +440,9 @@ type clusterJSON struct {
 	} `json:"servers"`
 }
 
-var adminClient = &http.Client{Timeout: time.Second}
-
 func (h *Harness) cluster(m *managerPorts) (clusterJSON, bool) {
 	var c clusterJSON
-	resp, err := adminClient.Get("http://" + m.http + "/v1/cluster")
+	resp, err := h.admin.Get("https://" + m.http + "/v1/cluster")
 	if err != nil {
 		return c, false
 	}
