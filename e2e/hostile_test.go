@@ -23,8 +23,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fuge-project/fuge/api/fugev1"
+	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/internal/fugetest"
-	"github.com/fuge-project/fuge/internal/fugetls"
 )
 
 // The hostile-client suite (issue 11): each attack, from a client with

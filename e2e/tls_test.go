@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/manager"
 )
 

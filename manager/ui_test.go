@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/internal/fugetest"
-	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/manager"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/lb"
 	"github.com/fuge-project/fuge/ring"
 )

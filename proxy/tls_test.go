@@ -9,7 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 )
 
 // certDir writes a development CA with the proxy's certificate and owner

@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/fuge-project/fuge/cmd/fuge-manager/internal/config"
+	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/internal/clientshell"
-	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/manager"
 	"github.com/fuge-project/fuge/xds"
 )

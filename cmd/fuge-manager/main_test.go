@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 )
 
 const defaultTestTimeout = 20 * time.Second

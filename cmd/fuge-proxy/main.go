@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/proxy"
 )
 

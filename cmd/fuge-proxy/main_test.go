@@ -17,8 +17,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/internal/fugetest"
-	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/proxy"
 )
 

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 )
 
 // certsFlagSet registers the flags of certs init and certs issue.

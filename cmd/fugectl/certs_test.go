@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 )
 
 // loadID loads the set of base in dir as a process would, and returns

@@ -26,7 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
 
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 )
 
 // envoyBootstrapName is the command that prints an Envoy bootstrap. It

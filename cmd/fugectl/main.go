@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/fuge-project/fuge/cmd/internal/admin"
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 )
 
 // Exit codes.

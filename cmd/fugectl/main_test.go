@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 )
 
 // testCerts is a certificate directory as fugectl certs init writes it,

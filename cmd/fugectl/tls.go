@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 )
 
 // The environment variables of the TLS flags, which the flags override.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 )
 
 // TestTLSPresentsAdmin: every request goes over https with the admin

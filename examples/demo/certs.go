@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fuge-project/fuge/examples/internal/tlsflags"
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 )
 
 // servers is how many presence servers the demo runs in all (p1..p4).

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 )
 
 // certs writes a development CA and its certificates into a temporary

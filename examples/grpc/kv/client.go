@@ -17,7 +17,7 @@ import (
 	// Raises grpc-go's ring size cap before grpc-go reads it, so that
 	// namespaces with R > 4096 are routed by the whole ring.
 	_ "github.com/fuge-project/fuge/examples/grpc/kv/ringhashcap"
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/xds"
 )
 

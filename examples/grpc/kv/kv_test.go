@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fuge-project/fuge/examples/grpc/kv"
+	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/internal/fugetest"
-	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/ownerguard"
 	"github.com/fuge-project/fuge/ring"

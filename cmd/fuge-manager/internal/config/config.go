@@ -22,7 +22,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/manager"
 	"github.com/fuge-project/fuge/ring"
 )

@@ -31,7 +31,7 @@ import (
 
 	"github.com/fuge-project/fuge/examples/grpc/kv"
 	"github.com/fuge-project/fuge/examples/internal/tlsflags"
-	"github.com/fuge-project/fuge/internal/fugetls"
+	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/ownerguard"
 	"github.com/fuge-project/fuge/ring"
 )

@@ -36,8 +36,8 @@ import (
 
 	"github.com/fuge-project/fuge/examples/internal/tlsflags"
 	"github.com/fuge-project/fuge/examples/presence"
+	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/internal/clientshell"
-	"github.com/fuge-project/fuge/internal/fugetls"
 	"github.com/fuge-project/fuge/ownerguard"
 	"github.com/fuge-project/fuge/ring"
 )

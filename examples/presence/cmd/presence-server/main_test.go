@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/internal/fugetest"
-	"github.com/fuge-project/fuge/internal/fugetls"
 )
 
 // syncBuffer is a bytes.Buffer for logs written from several goroutines.

@@ -21,6 +21,13 @@
 // files and new connections use them, with no restart. A half-written set
 // that does not load keeps the previous one.
 //
+// Applications use it to give their Owner or Lookup its certificate:
+//
+//	src, err := fugetls.Options{Dir: "fuge-certs"}.Source(fugetls.OwnerBase("default", "p1"))
+//	creds := credentials.NewTLS(src.ClientConfig(fugetls.RoleManager))
+//	owner, err := ownerguard.NewOwner(ownerguard.OwnerConfig{...,
+//		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(creds)}})
+//
 // The CA that InitDir writes is for development and tests (make demo):
 // production deployments issue the same IDs from their own CA (cert-manager,
 // SPIRE), and point the same flags at the files.
