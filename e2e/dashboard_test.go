@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,6 +42,10 @@ func findChromium(t *testing.T) string {
 		"install Debian's package (apt-get update && apt-get install -y chromium), as scripts/test.sh does")
 	return ""
 }
+
+// chromiumStartTimeout bounds Chromium's start, which on a loaded machine
+// with a cold disk cache takes far longer than anything the test waits for.
+const chromiumStartTimeout = 2 * time.Minute
 
 // browser starts a headless Chromium with a new, empty profile and returns
 // a context for driving one tab; it is closed at cleanup.
@@ -88,9 +93,41 @@ func browser(t *testing.T) context.Context {
 		if err != nil {
 			t.Fatalf("starting Chromium: %v", err)
 		}
-	case <-time.After(fugetest.DefaultTimeout):
-		t.Fatal("Chromium did not start")
+	case <-time.After(chromiumStartTimeout):
+		t.Fatalf("Chromium did not start within %v", chromiumStartTimeout)
 	}
+	// The page's console (errors, exceptions) and what it shows, for a
+	// failing run.
+	var (
+		mu      sync.Mutex
+		console []string
+	)
+	msgs := chromedp.Console(ctx)
+	go func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			console = append(console, m.String())
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		mu.Lock()
+		for _, m := range console {
+			t.Logf("console: %s", m)
+		}
+		mu.Unlock()
+		var state any
+		if err := evalJSON(ctx, `JSON.stringify([document.querySelector("#stream").textContent, document.querySelector("#banner").textContent,
+			window.fuge ? window.fuge.seq() : -1, [...document.querySelectorAll("#log li")].slice(0, 40).map(li => li.textContent)])`, &state); err == nil {
+			t.Logf("the page: %v", state)
+		}
+	})
 	return ctx
 }
 
