@@ -4,7 +4,8 @@
 .DEFAULT_GOAL := help
 
 FUZZTIME ?= 60s ## time each fuzz target runs (make fuzz)
-BENCH    ?= .   ## regexp selecting benchmarks (make bench)
+BENCH    ?= .   ## regexp selecting Go benchmarks (make bench-go)
+QUICK    ?=     ## 1: one pair of each, short runs, no managerscale (make bench)
 SEEDS    ?= 200 ## number of simulator seeds (make sim)
 FIRST    ?=     ## first simulator seed; the simulator's default is 1 (make sim)
 SEED     ?=     ## replay this one simulator seed, verbosely (make sim)
@@ -30,7 +31,10 @@ fmt: ## Fail if any Go file is not gofmt-formatted
 fuzz: ## Run every fuzz target for FUZZTIME each
 	FUZZTIME='$(strip $(FUZZTIME))' scripts/fuzz.sh
 
-bench: ## Run the benchmarks matching BENCH, with allocations
+bench: ## fuge-proxy beside HAProxy, nginx, round-robin (installs them): bench/results/<date>/report.md
+	QUICK='$(strip $(QUICK))' scripts/bench.sh
+
+bench-go: ## Run the Go benchmarks matching BENCH, with allocations
 	go test -run '^$$' -bench '$(strip $(BENCH))' -benchmem ./...
 
 bench-manager: ## Measure one manager under 500 owners + 2,000 lookups (PRS §7.1), steady and churn
@@ -55,4 +59,4 @@ clean: ## Remove ./bin and the Go test cache
 	rm -rf bin
 	go clean -testcache
 
-.PHONY: help test vet fmt fuzz bench bench-manager chaos sim proto demo tidy clean
+.PHONY: help test vet fmt fuzz bench bench-go bench-manager chaos sim proto demo tidy clean

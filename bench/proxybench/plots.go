@@ -1,0 +1,81 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+)
+
+// colorOf gives each target one color in every plot.
+func colorOf(name string) int {
+	for i, n := range []string{tDirect, tFuge, tFugeRR, tFugeTLS, tHAChash, tHARR, tNginx} {
+		if n == name {
+			return i
+		}
+	}
+	return 7
+}
+
+// plots writes the report's PNGs into dir.
+func (r *report) plots(dir string) error {
+	var tput, cpu []bar
+	for _, t := range r.Targets {
+		i := colorOf(t)
+		rs, n, _ := r.byTarget(t, func(x tputRun) float64 { return x.RPS })
+		if n == 0 {
+			continue
+		}
+		tput = append(tput, bar{Label: t, V: rs.Med, Lo: rs.Min, Hi: rs.Max, Color: i})
+		if t != tDirect {
+			cs, _, _ := r.byTarget(t, func(x tputRun) float64 { return x.ProxyUS })
+			cpu = append(cpu, bar{Label: t, V: cs.Med, Lo: cs.Min, Hi: cs.Max, Color: i})
+		}
+	}
+	pcts := []float64{50, 90, 99, 99.9}
+	xs := []string{"p50", "p90", "p99", "p99.9"}
+	var c1, open []series
+	for _, l := range r.Latency {
+		if l.Err != "" {
+			continue
+		}
+		s1, s2 := series{Name: l.Target, Color: colorOf(l.Target)}, series{Name: l.Target, Color: colorOf(l.Target)}
+		for _, p := range pcts {
+			v := 0.0
+			for _, pv := range l.C1Pcts {
+				if pv[0] == p {
+					v = pv[1]
+				}
+			}
+			s1.Y = append(s1.Y, v)
+			s2.Y = append(s2.Y, quantile(l.OpenLat, p/100))
+		}
+		c1, open = append(c1, s1), append(open, s2)
+	}
+	var stale, split []bar
+	for _, c := range r.Churn {
+		stale = append(stale, bar{Label: c.Balancer, V: float64(c.Stale), Color: colorOf(c.Balancer)})
+		split = append(split, bar{Label: c.Balancer, V: float64(c.SplitWrites), Color: colorOf(c.Balancer)})
+	}
+	var secs []string
+	p99 := series{Name: "p99 us", Color: colorOf(tFuge)}
+	for _, s := range r.Move.Seconds {
+		secs = append(secs, fmt.Sprintf("%+d", int(s.From/time.Second)))
+		p99.Y = append(p99.Y, s.P99)
+	}
+	for name, c := range map[string]canvas{
+		"throughput.png": hbars("requests/s, wrk -t1 -c64, median and min-max of the valid runs", "requests/s", tput),
+		"cpu.png":        hbars("proxy CPU per request, median and min-max", "us/request", cpu),
+		"latency.png": stack(
+			lines("latency, wrk -c1 (one connection)", "percentile", "us", xs, c1),
+			lines(fmt.Sprintf("latency, open loop %d requests/s over %d connections", openRate, openConns), "percentile", "us", xs, open)),
+		"anomalies.png": stack(
+			hbars("stale reads under churn", "reads", stale),
+			hbars("split-brain writes under churn", "writes", split)),
+		"move.png": lines("fuge-proxy p99 per second around the drain of b4 (25% of the ring)", "second from the drain", "us", secs, []series{p99}),
+	} {
+		if err := c.save(filepath.Join(dir, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The CPUs of the layout: every proxy on proxyCPU, everything else (the
+// client, the backends, the manager, this harness) on clientCPU.
+const (
+	proxyCPU  = 0
+	clientCPU = 1
+)
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat and /proc/stat times.
+const clockTicks = 100
+
+// proc is one process the harness started.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{} // closed once it has exited and been reaped
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// procs starts processes, pinned, with their output in log files, and
+// stops each of them by PID.
+type procs struct {
+	logs   string // directory of the log files
+	pinned bool   // taskset is there and the machine has two CPUs
+
+	mu  sync.Mutex
+	all []*proc
+	n   map[string]int
+}
+
+// start runs bin with args on cpu (-1: unpinned), with env added to the
+// harness's environment, logging to logs/name-N.log.
+func (ps *procs) start(name string, cpu int, env []string, bin string, args ...string) (*proc, error) {
+	ps.mu.Lock()
+	if ps.n == nil {
+		ps.n = map[string]int{}
+	}
+	ps.n[name]++
+	path := filepath.Join(ps.logs, fmt.Sprintf("%s-%d.log", name, ps.n[name]))
+	ps.mu.Unlock()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close() // the child has its own copy
+	if ps.pinned && cpu >= 0 {
+		args = append([]string{"-c", strconv.Itoa(cpu), bin}, args...)
+		bin = "taskset"
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), env...)
+	// Never outlive the harness, and keep terminal signals to the harness.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(p.done) }()
+	ps.mu.Lock()
+	ps.all = append(ps.all, p)
+	ps.mu.Unlock()
+	return p, nil
+}
+
+// kill sends SIGKILL to p and waits until it is reaped.
+func (ps *procs) kill(p *proc) {
+	if p == nil || p.exited() {
+		return
+	}
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
+// stop sends SIGTERM to p and waits up to d, then kills it.
+func (ps *procs) stop(p *proc, d time.Duration) {
+	if p == nil || p.exited() {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		ps.kill(p)
+	}
+}
+
+// stopAll stops every process still running.
+func (ps *procs) stopAll() {
+	ps.mu.Lock()
+	all := append([]*proc(nil), ps.all...)
+	ps.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range all {
+		wg.Add(1)
+		go func() { defer wg.Done(); ps.stop(p, 3*time.Second) }()
+	}
+	wg.Wait()
+}
+
+// live lists the PIDs of the processes still running.
+func (ps *procs) live() []int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var out []int
+	for _, p := range ps.all {
+		if !p.exited() {
+			out = append(out, p.pid())
+		}
+	}
+	return out
+}
+
+// statFields returns the fields of /proc/<pid>/stat after the command name.
+func statFields(pid string) []string {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 > len(s) {
+		return nil
+	}
+	return strings.Fields(s[i+2:])
+}
+
+// cpuTicks is a process's utime + stime + cutime + cstime: its own CPU and
+// that of its children once reaped, in clock ticks. A process that is gone
+// counts 0.
+func cpuTicks(pid int) int64 {
+	f := statFields(strconv.Itoa(pid))
+	if len(f) < 15 {
+		return 0
+	}
+	var sum int64
+	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime (fields 14-17)
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		sum += v
+	}
+	return sum
+}
+
+// selfTicks is this harness's cpuTicks: its own threads (Owner sessions,
+// the Go load generators) and its reaped children (each wrk run).
+func selfTicks() int64 { return cpuTicks(os.Getpid()) }
+
+// busyTicks is the machine's busy time from /proc/stat's cpu line (all
+// but idle and iowait), in clock ticks summed over CPUs.
+func busyTicks() int64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	var sum int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 7 { // idle, iowait, steal (not a process); guest time is already in user
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		sum += n
+	}
+	return sum
+}
+
+// cpuMeter measures, over a window, the CPU that processes other than the
+// harness and its children used: the machine's busy time less ours.
+type cpuMeter struct {
+	ps          *procs
+	t0          time.Time
+	busy0, our0 int64
+	pids        []int
+	ticks0      map[int]int64
+}
+
+func (ps *procs) meter() *cpuMeter {
+	m := &cpuMeter{ps: ps, t0: time.Now(), pids: ps.live(), ticks0: map[int]int64{}}
+	for _, pid := range m.pids {
+		m.ticks0[pid] = cpuTicks(pid)
+	}
+	m.our0 = selfTicks()
+	m.busy0 = busyTicks()
+	return m
+}
+
+// others is the CPU the rest of the machine used since the meter started,
+// as a fraction of one core.
+func (m *cpuMeter) others() float64 {
+	busy := busyTicks() - m.busy0
+	our := selfTicks() - m.our0
+	for _, pid := range m.pids {
+		if t := cpuTicks(pid); t > 0 {
+			our += t - m.ticks0[pid]
+		}
+	}
+	secs := time.Since(m.t0).Seconds()
+	if secs <= 0 {
+		return 0
+	}
+	return max(0, float64(busy-our)/clockTicks/secs)
+}
+
+// quietThreshold is the share of a core other processes may use before a
+// run starts.
+const quietThreshold = 0.10
+
+// waitQuiet samples the CPU used by other processes in 500 ms windows
+// until one is under quietThreshold or the next would end after maxWait
+// (at least one sample), and returns the
+// last sample and whether it was quiet.
+func (ps *procs) waitQuiet(maxWait time.Duration) (float64, bool) {
+	deadline := time.Now().Add(maxWait)
+	for {
+		m := ps.meter()
+		time.Sleep(500 * time.Millisecond)
+		o := m.others()
+		if o < quietThreshold {
+			return o, true
+		}
+		if time.Now().Add(500 * time.Millisecond).After(deadline) {
+			return o, false
+		}
+	}
+}
+
+// cpusOnline is the content of /sys/devices/system/cpu/online, e.g. "0-1".
+func cpusOnline() string {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return "0"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// freePort returns a port on 127.0.0.1 that was free a moment ago.
+func freePort() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// waitTCP waits until addr accepts connections.
+func waitTCP(addr string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s does not accept connections after %v: %w", addr, d, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitHTTP waits until a GET of url through c answers 2xx.
+func waitHTTP(c *http.Client, url string, hdr map[string]string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				return nil
+			}
+			err = fmt.Errorf("status %s", resp.Status)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("GET %s: not 2xx after %v: %w", url, d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

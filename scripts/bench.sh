@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs bench/proxybench (make bench): fuge-proxy beside HAProxy, nginx and
+# round-robin balancers on this machine, written to
+# bench/results/<date>/report.md with PNG plots. QUICK=1 runs one pair of
+# each with short runs and no managerscale (under 3 minutes), into
+# bench/results/<date>/quick/. Installs haproxy, nginx-light and wrk from
+# Debian when missing (taskset comes with util-linux). Extra arguments go to
+# proxybench (-work DIR keeps the logs and configurations).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+for pair in haproxy:haproxy nginx:nginx-light wrk:wrk taskset:util-linux; do
+	command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+done
+if ((${#need[@]})); then
+	sudo=""
+	[ "$(id -u)" = 0 ] || sudo=sudo
+	echo "bench.sh: installing ${need[*]}" >&2
+	$sudo apt-get update -qq >&2
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
+fi
+
+args=()
+case "${QUICK:-}" in
+"" | 0 | false | no) ;;
+*) args+=(-quick) ;;
+esac
+exec go run ./bench/proxybench "${args[@]}" "$@"
