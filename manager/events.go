@@ -301,18 +301,6 @@ func (h *eventHub) lastSeq() uint64 {
 	return h.seq
 }
 
-// recent returns the kept log events, oldest first.
-func (h *eventHub) recent() []Event {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]Event, 0, len(h.backlog))
-	n := len(h.backlog)
-	for i := range n {
-		out = append(out, *h.backlog[(h.next+i)%n].event)
-	}
-	return out
-}
-
 // coreEvents publishes a leader step's expiries (expiries true) or its
 // recalls and kept recalls (false), with the recalls' ranges as deltas
 // for open pages.
