@@ -139,7 +139,7 @@ func (s *Server) Start(register func(*grpc.Server)) (err error) {
 			return fmt.Errorf("manager: bootstrap: %w", err)
 		}
 	}
-	s.grpc = grpc.NewServer(append(s.grpcOptions(),
+	s.grpc = grpc.NewServer(append(append(s.grpcOptions(), s.cfg.GRPCOptions...),
 		grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(s.cfg.MaxMessageBytes),
 		grpc.MaxConcurrentStreams(uint32(s.cfg.MaxStreamsPerConn)),

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/lease"
 )
@@ -122,6 +124,9 @@ type ServerConfig struct {
 	// XDSNACKs, when set, reports the xDS requests that carried an
 	// error_detail (NACKs) since start, for /metrics.
 	XDSNACKs func() uint64
+	// GRPCOptions are further options for the gRPC server: the xds
+	// package's (LeaseTable.ServerOptions, its codec).
+	GRPCOptions []grpc.ServerOption
 }
 
 // DefaultServerConfig returns the documented defaults.

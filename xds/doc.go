@@ -68,7 +68,16 @@
 //
 // Each block version is marshaled once, into one Any shared read-only by
 // every response, SotW and delta, of every stream; a stream holds pointers
-// to it only until its response is sent. What remains per stream is
+// to it only until its response is sent. The server must use Codec
+// (LeaseTable.ServerOptions) for that to hold on the wire too: gRPC's proto
+// codec copies each response into a buffer of its own, which the transport
+// keeps until the client's flow-control window lets it out, so 2,000
+// lookups starting at once held 2,000 copies of a 250 KB table, 1 GB of the
+// manager's 1.7 GB RSS (heap profile, in the responses' encode). Codec
+// writes a response's own fields and each resource's envelope fresh (about
+// 11 KB for 64 blocks) and sends each block's bytes from the shared Any
+// itself; the manager's RSS under 500 owners and 2,000 lookups went from
+// 1.7 GB to about 220 MB. What remains per stream is
 // go-control-plane's: its watch, and per type the map of the versions the
 // client holds (64 entries for the blocks, one for the heartbeat), which
 // each response replaces. Per namespace, not per stream, the table keeps

@@ -14,12 +14,13 @@ import (
 
 // The manager's main wires the table: ServerConfig.Observer = table,
 // ServerConfig.Heartbeat = table.Heartbeat, Gate = server.CheckLeader, and
-// table.Register on the gRPC server that also carries the owner protocol.
+// table.Register on the gRPC server that also carries the owner protocol,
+// created with table.ServerOptions (ServerConfig.GRPCOptions).
 func Example() {
 	table := xds.NewLeaseTable(xds.LeaseTableConfig{
 		Gate: func(ctx context.Context) error { return nil }, // the manager's CheckLeader
 	})
-	s := grpc.NewServer()
+	s := grpc.NewServer(table.ServerOptions()...)
 	table.Register(s)
 
 	// What the manager calls as raft applies changes, and on the leader

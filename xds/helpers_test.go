@@ -162,7 +162,7 @@ func newTestServerClock(t *testing.T, cfg LeaseTableConfig, clk clock) (*LeaseTa
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer()
+	s := grpc.NewServer(lt.ServerOptions()...)
 	lt.Register(s)
 	served := make(chan struct{})
 	go func() { defer close(served); _ = s.Serve(lis) }()

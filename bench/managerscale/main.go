@@ -38,6 +38,9 @@ import (
 
 const namespace = "bench"
 
+// ringSize is the namespace's ring size R: the default.
+const ringSize = 4096
+
 func main() {
 	owners := flag.Int("owners", 500, "owners (PRS: 500)")
 	lookups := flag.Int("lookups", 2000, "lookups (PRS: 2,000)")
@@ -48,17 +51,18 @@ func main() {
 	seed := flag.Uint64("seed", 1, "seed for the restart schedule")
 	kind := flag.String("restart-kind", "crash", "how an owner restarts during churn: crash (its process dies: the manager is not told, as in PRS §7.1) or clean (Close: a clean leave, its arcs move to the others and back)")
 	memLimit := flag.String("memory-limit", "", "passed to fuge-manager --memory-limit (empty: Go's default)")
+	profDir := flag.String("profiles", "", "start the manager with --pprof and save its heap and allocs profiles into this directory after start-up, steady and churn")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 	if *kind != "crash" && *kind != "clean" {
 		log.Fatalf("-restart-kind %q: want crash or clean", *kind)
 	}
-	if err := run(*owners, *lookups, *steady, *churn, *every, *leaseT, *seed, *memLimit, *kind); err != nil {
+	if err := run(*owners, *lookups, *steady, *churn, *every, *leaseT, *seed, *memLimit, *kind, *profDir); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed uint64, memLimit, kind string) error {
+func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed uint64, memLimit, kind, profDir string) error {
 	dir, err := os.MkdirTemp("", "managerscale")
 	if err != nil {
 		return err
@@ -72,13 +76,16 @@ func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed
 	raftAddr, grpcAddr, httpAddr := freePort(), freePort(), freePort()
 	args := []string{"--data-dir", filepath.Join(dir, "data"), "--node-id", "m1",
 		"--raft-addr", raftAddr, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
-		"--lease-duration", leaseT.String(), "--namespace", namespace + ":4096", "--log-level", "warn",
+		"--lease-duration", leaseT.String(), "--namespace", fmt.Sprintf("%s:%d", namespace, ringSize), "--log-level", "warn",
 		// The figures are PRS's plaintext protocol cost; 2,500 clients with
 		// certificates of their own (and their handshakes) are not measured
 		// here yet.
 		"--insecure"}
 	if memLimit != "" {
 		args = append(args, "--memory-limit", memLimit)
+	}
+	if profDir != "" {
+		args = append(args, "--pprof")
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -87,6 +94,15 @@ func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed
 	}
 	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
 	pid := cmd.Process.Pid
+	// RSS is sampled from the start, so that the steady phase's peak
+	// covers start-up too: the goal is the peak under the whole load.
+	rss := newRSSSampler(pid)
+	defer rss.stop()
+	profile := func(phase string) {
+		if profDir != "" {
+			saveProfiles(httpAddr, profDir, phase)
+		}
+	}
 	if err := waitHTTP("http://"+httpAddr+"/v1/namespaces/"+namespace+"/leases", time.Minute); err != nil {
 		return err
 	}
@@ -130,11 +146,14 @@ func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed
 	}
 	lookupsUp := time.Since(t0)
 	startRSS := rssMB(pid)
+	profile("startup")
 	log.Printf("lookups synced in %v (manager RSS %.0f MB); measuring steady state for %v", lookupsUp.Round(time.Millisecond), startRSS, steady)
 	var rows []row
 	c0 := p.counters()
 	rows = append(rows, measure(fmt.Sprintf("%d owners + %d lookups", nOwners, nLookups), "steady", pid, steady, &bytesIn, &bytesOut, nil))
+	rows[0].rssMB = max(rows[0].rssMB, rss.reset())
 	rows[0].note = p.counters().sub(c0).String()
+	profile("steady")
 	c0 = p.counters()
 	log.Printf("measuring churn (a restart every %v on average) for %v", every, churn)
 	rnd := rand.New(rand.NewPCG(seed, 0))
@@ -152,11 +171,19 @@ func run(nOwners, nLookups int, steady, churn, every, leaseT time.Duration, seed
 				restarts++
 			}
 		}))
+	rows[1].rssMB = max(rows[1].rssMB, rss.reset())
 	rows[1].note = fmt.Sprintf("%d restarts; %s", restarts, p.counters().sub(c0))
+	profile("churn")
 	printTable(rows, leaseT, memLimit)
-	fmt.Printf("\nstart-up (not a goal): %d owners converged in %v, then %d lookups synced in %v; manager RSS after start-up %.0f MB\n",
+	fmt.Printf("\nstart-up: %d owners converged in %v, then %d lookups synced in %v (goal < 2 s); manager RSS after start-up %.0f MB (the steady peak includes start-up)\n",
 		nOwners, ownersUp.Round(time.Millisecond), nLookups, lookupsUp.Round(time.Millisecond), startRSS)
 	p.close()
+	if memLimit == "" {
+		memLimit = "none"
+	}
+	// One line a script can read.
+	fmt.Printf("managerscale: owners %d lookups %d nodes 1 ring %d memory-limit %s: steady cpu %.1f%% peak-rss %.0fMB; churn cpu %.1f%% peak-rss %.0fMB; lookups synced %.1fs\n",
+		nOwners, nLookups, ringSize, memLimit, rows[0].cpu, rows[0].rssMB, rows[1].cpu, rows[1].rssMB, lookupsUp.Seconds())
 	return nil
 }
 

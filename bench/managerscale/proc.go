@@ -1,10 +1,16 @@
 package main
 
 import (
+	"io"
+	"log"
+	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times on Linux.
@@ -40,3 +46,66 @@ func rssMB(pid int) float64 {
 }
 
 func numCPU() int { return runtime.NumCPU() }
+
+// rssSampler samples a process's RSS every 100 ms and keeps the peak.
+type rssSampler struct {
+	mu   sync.Mutex
+	peak float64
+	done chan struct{}
+}
+
+func newRSSSampler(pid int) *rssSampler {
+	s := &rssSampler{done: make(chan struct{})}
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.done:
+				return
+			case <-t.C:
+				v := rssMB(pid)
+				s.mu.Lock()
+				s.peak = max(s.peak, v)
+				s.mu.Unlock()
+			}
+		}
+	}()
+	return s
+}
+
+// reset returns the peak since the last reset (or the start) and starts
+// a new one.
+func (s *rssSampler) reset() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.peak
+	s.peak = 0
+	return p
+}
+
+func (s *rssSampler) stop() { close(s.done) }
+
+// saveProfiles saves the manager's heap and allocs profiles as
+// dir/<phase>.heap and dir/<phase>.allocs (go tool pprof reads them).
+func saveProfiles(httpAddr, dir, phase string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		log.Printf("profiles: %v", err)
+		return
+	}
+	for _, kind := range []string{"heap", "allocs"} {
+		resp, err := http.Get("http://" + httpAddr + "/debug/pprof/" + kind)
+		if err != nil {
+			log.Printf("profiles: %v", err)
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, phase+"."+kind), b, 0o644)
+		}
+		if err != nil {
+			log.Printf("profiles: %v", err)
+		}
+	}
+}

@@ -95,6 +95,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg.Heartbeat = lt.Heartbeat
 	cfg.LookupStreams = func() int { return lt.Stats().Streams }
 	cfg.XDSNACKs = func() uint64 { return lt.Stats().NACKs }
+	cfg.GRPCOptions = lt.ServerOptions()
 	server, err = manager.NewServer(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "fuge-manager: %v\n", err)
