@@ -366,8 +366,12 @@ func buildTable(es []lease.Entry) (*ring.Table[value], error) {
 			return nil, fmt.Errorf("%w: one entry %v does not cover the circle", errMalformed, es[0].Range)
 		}
 	}
-	sorted := slices.Clone(es)
-	slices.SortStableFunc(sorted, func(a, b lease.Entry) int { return cmp.Compare(a.Range.End, b.Range.End) })
+	byEnd := func(a, b lease.Entry) int { return cmp.Compare(a.Range.End, b.Range.End) }
+	sorted := es // read only; a Lookup's tables arrive sorted
+	if !slices.IsSortedFunc(sorted, byEnd) {
+		sorted = slices.Clone(es)
+		slices.SortStableFunc(sorted, byEnd)
+	}
 	if n := len(sorted); n > 1 {
 		for i, e := range sorted {
 			if i > 0 && e.Range.End == sorted[i-1].Range.End {

@@ -78,17 +78,21 @@ func ack(resp *discovery.DeltaDiscoveryResponse, err error) *discovery.DeltaDisc
 // Removed names that are not block names of ns are ignored.
 func decodeBlocks(ns string, resp *discovery.DeltaDiscoveryResponse) (blockUpdate, error) {
 	u := blockUpdate{set: make(map[string]heldBlock, len(resp.GetResources()))}
+	intern := map[string]string{}
 	for _, r := range resp.GetResources() {
-		var blk fugev1.ArcBlock
-		if err := unpack(r, ArcBlockTypeURL, &blk); err != nil {
-			return blockUpdate{}, err
+		body := r.GetResource()
+		if body == nil {
+			return blockUpdate{}, fmt.Errorf("%w: %q has no body", ErrBadResource, r.GetName())
 		}
-		es, err := wire.EntriesFromBlock(ns, &blk)
+		if body.GetTypeUrl() != ArcBlockTypeURL {
+			return blockUpdate{}, fmt.Errorf("%w: %q is a %q, want %q", ErrBadResource, r.GetName(), body.GetTypeUrl(), ArcBlockTypeURL)
+		}
+		block, es, err := decodeArcBlock(ns, body.GetValue(), intern)
 		if err != nil {
 			return blockUpdate{}, fmt.Errorf("%w: block %q: %w", ErrBadResource, r.GetName(), err)
 		}
-		if want := wire.BlockName(ns, blk.Block); r.GetName() != want {
-			return blockUpdate{}, fmt.Errorf("%w: block %q holds block %d (name %q)", ErrBadResource, r.GetName(), blk.Block, want)
+		if want := wire.BlockName(ns, block); r.GetName() != want {
+			return blockUpdate{}, fmt.Errorf("%w: block %q holds block %d (name %q)", ErrBadResource, r.GetName(), block, want)
 		}
 		for i := 1; i < len(es); i++ {
 			if prev, r2 := es[i-1].Range, es[i].Range; r2.Start != prev.End || r2.End <= prev.End {

@@ -28,15 +28,42 @@ type resource struct {
 	// never to wildcard ones (gRPC's API listener, which Envoy, which
 	// subscribes to every Listener, would refuse).
 	explicit bool
+	// framed is delta's whole encoding as a field of a delta response (tag
+	// and length included), for Codec; any.Value is its tail, not a copy.
+	// Nil for resources too small to be worth it.
+	framed []byte
 }
 
 func newResource(name, version string, m proto.Message) (*resource, error) {
-	a, err := anypb.New(m)
+	size := proto.Size(m)
+	if size < frameAbove {
+		a, err := anypb.New(m)
+		if err != nil {
+			return nil, fmt.Errorf("xds: packing %s: %w", name, err)
+		}
+		return &resource{version: version, any: a, delta: &discovery.Resource{Name: name, Version: version, Resource: a}}, nil
+	}
+	// The frame first, then the value marshaled after it in the same
+	// array: one copy of the bytes serves the Any and the frame.
+	a := &anypb.Any{TypeUrl: anyTypeURL(m)}
+	d := &discovery.Resource{Name: name, Version: version, Resource: a}
+	head := appendDeltaEnvelope(nil, d, size)
+	buf, err := proto.MarshalOptions{}.MarshalAppend(slices.Grow(head, size), m)
 	if err != nil {
 		return nil, fmt.Errorf("xds: packing %s: %w", name, err)
 	}
-	return &resource{version: version, any: a, delta: &discovery.Resource{Name: name, Version: version, Resource: a}}, nil
+	a.Value = buf[len(head):len(buf):len(buf)]
+	r := &resource{version: version, any: a, delta: d}
+	if len(a.Value) == size {
+		r.framed = buf
+	}
+	return r, nil
 }
+
+// frameAbove is the least size of a resource's message for which
+// newResource keeps its delta frame: ArcBlocks of a busy ring and Endpoints
+// of large pools, which go to every stream.
+const frameAbove = 512
 
 // inScope reports whether a subscription covers the resource r named name.
 func inScope(sub cache.Subscription, name string, r *resource) bool {
@@ -73,6 +100,7 @@ type typeCache struct {
 	published bool
 	fullState bool
 	res       map[string]*resource
+	frames    *frameIndex // where Codec finds the frames of the resources in res
 	watches   map[uint64]watch
 	nextID    uint64
 }
@@ -84,9 +112,10 @@ type watch interface {
 	answer(c *typeCache, force bool) bool
 }
 
-func newTypeCache(typeURL string) *typeCache {
+func newTypeCache(typeURL string, frames *frameIndex) *typeCache {
 	return &typeCache{
 		typeURL:   typeURL,
+		frames:    frames,
 		version:   "0",
 		res:       map[string]*resource{},
 		watches:   map[uint64]watch{},
@@ -114,8 +143,13 @@ func (c *typeCache) clear(version string) {
 func (c *typeCache) updateLocked(version string, set map[string]*resource, del []string) {
 	c.version = version
 	c.published = true
-	maps.Copy(c.res, set)
+	for name, r := range set {
+		c.frames.remove(c.res[name])
+		c.frames.add(r)
+		c.res[name] = r
+	}
 	for _, name := range del {
+		c.frames.remove(c.res[name])
 		delete(c.res, name)
 	}
 	for id, w := range c.watches {

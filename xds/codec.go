@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"sync"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
@@ -16,7 +18,35 @@ import (
 // server it is registered on: its codec (see Codec). cmd/fuge-manager
 // passes them in manager.ServerConfig.GRPCOptions.
 func (t *LeaseTable) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ForceServerCodecV2(Codec())}
+	return []grpc.ServerOption{grpc.ForceServerCodecV2(codec{base: encoding.GetCodecV2(proto.Name), frames: &t.frames})}
+}
+
+// frameIndex maps the delta resources the lease table serves to their
+// frames (resource.framed), so that Codec sends a resource as one shared
+// slice. A resource leaves it when its cache replaces or deletes it; a
+// response still carrying it then has its envelope written fresh.
+type frameIndex struct{ m sync.Map } // *discovery.Resource -> []byte
+
+func (x *frameIndex) add(r *resource) {
+	if x != nil && r != nil && r.framed != nil {
+		x.m.Store(r.delta, r.framed)
+	}
+}
+
+func (x *frameIndex) remove(r *resource) {
+	if x != nil && r != nil && r.framed != nil {
+		x.m.Delete(r.delta)
+	}
+}
+
+func (x *frameIndex) get(d *discovery.Resource) []byte {
+	if x == nil {
+		return nil
+	}
+	if b, ok := x.m.Load(d); ok {
+		return b.([]byte)
+	}
+	return nil
 }
 
 // Codec returns the gRPC codec that sends every resource's bytes from the
@@ -41,7 +71,10 @@ func (t *LeaseTable) ServerOptions() []grpc.ServerOption {
 // gRPC's proto codec; messages are unmarshaled by it.
 func Codec() encoding.CodecV2 { return codec{base: encoding.GetCodecV2(proto.Name)} }
 
-type codec struct{ base encoding.CodecV2 }
+type codec struct {
+	base   encoding.CodecV2
+	frames *frameIndex // nil: every envelope is written fresh
+}
 
 // shareAbove is the least total size of the values that makes a response
 // worth sending from shared slices: below it, one buffer is cheaper than
@@ -55,7 +88,7 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.base.Unma
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case *discovery.DeltaDiscoveryResponse:
-		if out, ok := marshalDelta(m); ok {
+		if out, ok := marshalDelta(m, c.frames); ok {
 			return out, nil
 		}
 	case *discovery.DiscoveryResponse:
@@ -70,7 +103,7 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 // resource as field 2: its name, version and Any envelope fresh, the Any's
 // value shared. It declines (false) a response whose resources carry
 // fields other than name, version and an Any, or are too small to share.
-func marshalDelta(m *discovery.DeltaDiscoveryResponse) (mem.BufferSlice, bool) {
+func marshalDelta(m *discovery.DeltaDiscoveryResponse, frames *frameIndex) (mem.BufferSlice, bool) {
 	if len(m.ProtoReflect().GetUnknown()) > 0 {
 		return nil, false
 	}
@@ -108,6 +141,14 @@ func marshalDelta(m *discovery.DeltaDiscoveryResponse) (mem.BufferSlice, bool) {
 	out := make(mem.BufferSlice, 0, 2*len(m.Resources)+1)
 	from := 0
 	for _, r := range m.Resources {
+		if f := frames.get(r); f != nil {
+			if from < len(buf) {
+				out = append(out, mem.SliceBuffer(buf[from:len(buf):len(buf)]))
+				from = len(buf)
+			}
+			out = append(out, mem.SliceBuffer(f))
+			continue
+		}
 		a := r.Resource
 		anyLen := anyEnvelopeLen(a) + len(a.GetValue())
 		resLen := stringField(3, r.Name) + stringField(1, r.Version)
@@ -244,4 +285,33 @@ func appendString(b []byte, num protowire.Number, s string) []byte {
 	}
 	b = protowire.AppendTag(b, num, protowire.BytesType)
 	return protowire.AppendString(b, s)
+}
+
+// anyTypeURL is the type URL anypb.New gives m.
+func anyTypeURL(m gproto.Message) string {
+	return "type.googleapis.com/" + string(m.ProtoReflect().Descriptor().FullName())
+}
+
+// appendDeltaEnvelope appends what marshalDelta writes before the value
+// of d, whose Any's value will be size bytes: d as field 2 of a delta
+// response, up to its value's length.
+func appendDeltaEnvelope(b []byte, d *discovery.Resource, size int) []byte {
+	a := d.Resource
+	anyLen := stringField(1, a.TypeUrl)
+	if size > 0 {
+		anyLen += protowire.SizeTag(2) + protowire.SizeBytes(size)
+	}
+	resLen := stringField(3, d.Name) + stringField(1, d.Version) + protowire.SizeTag(2) + protowire.SizeBytes(anyLen)
+	b = protowire.AppendTag(b, 2, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(resLen))
+	b = appendString(b, 3, d.Name)
+	b = appendString(b, 1, d.Version)
+	b = protowire.AppendTag(b, 2, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(anyLen))
+	b = appendString(b, 1, a.TypeUrl)
+	if size > 0 {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(size))
+	}
+	return b
 }

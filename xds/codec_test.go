@@ -14,6 +14,10 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fuge-project/fuge/api/wire"
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
 )
 
 // testAny is an Any whose value is n bytes.
@@ -41,7 +45,7 @@ func TestCodecDeltaRoundTrip(t *testing.T) {
 		{"one large", &discovery.DeltaDiscoveryResponse{Resources: []*discovery.Resource{{Resource: testAny(5000, 9)}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			data, ok := marshalDelta(tc.m)
+			data, ok := marshalDelta(tc.m, nil)
 			if !ok {
 				t.Fatal("declined")
 			}
@@ -59,6 +63,51 @@ func TestCodecDeltaRoundTrip(t *testing.T) {
 				t.Errorf("%d values sent from the shared bytes, want %d", shared, want)
 			}
 		})
+	}
+}
+
+// TestCodecFrames checks responses of resources made by newResource, whose
+// frames the codec sends whole: the bytes decode to the response, and a
+// resource no longer indexed is written as any other.
+func TestCodecFrames(t *testing.T) {
+	var idx frameIndex
+	var rs []*resource
+	for b := range uint32(6) {
+		var es []lease.Entry
+		for i := range 40 * b {
+			end := uint64(b)<<58 | uint64(i+1)<<20
+			es = append(es, lease.Entry{Range: ring.Range{Start: end - 1<<20, End: end}, Owner: fmt.Sprint("owner-", i), Addr: "a:1", Gen: 7})
+		}
+		r, err := newResource(wire.BlockName("ns", b), fmt.Sprint(b+10), wire.ArcBlock("ns", b, es))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := r.framed != nil, proto.Size(wire.ArcBlock("ns", b, es)) >= frameAbove; got != want {
+			t.Errorf("block %d: framed %v, want %v", b, got, want)
+		}
+		idx.add(r)
+		rs = append(rs, r)
+	}
+	idx.remove(rs[5])
+	m := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: "15", TypeUrl: ArcBlockTypeURL, Nonce: "1"}
+	for _, r := range rs {
+		m.Resources = append(m.Resources, r.delta)
+	}
+	data, ok := marshalDelta(m, &idx)
+	if !ok {
+		t.Fatal("declined")
+	}
+	checkDecodes(t, data, m, new(discovery.DeltaDiscoveryResponse))
+	whole := 0
+	for _, b := range data {
+		for _, r := range rs[:5] {
+			if r.framed != nil && len(b.ReadOnlyData()) == len(r.framed) && &b.ReadOnlyData()[0] == &r.framed[0] {
+				whole++
+			}
+		}
+	}
+	if want := 4; whole != want { // blocks 1 to 4 are framed and indexed
+		t.Errorf("%d resources sent as their frames, want %d", whole, want)
 	}
 }
 

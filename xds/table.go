@@ -98,6 +98,7 @@ type LeaseTable struct {
 
 	mu     sync.RWMutex
 	spaces map[string]*space
+	frames frameIndex // the delta frames of every published resource, for Codec
 
 	smu     sync.Mutex
 	streams map[streamKey]struct{}
@@ -232,7 +233,7 @@ func (t *LeaseTable) spaceLocked(ns string) *space {
 	if sp == nil {
 		sp = &space{caches: map[string]*typeCache{}, envoy: map[string]map[string]proto.Message{}}
 		for _, typeURL := range []string{ArcBlockTypeURL, HeartbeatTypeURL, ListenerTypeURL, RouteTypeURL, ClusterTypeURL, EndpointTypeURL} {
-			sp.caches[typeURL] = newTypeCache(typeURL)
+			sp.caches[typeURL] = newTypeCache(typeURL, &t.frames)
 		}
 		t.spaces[ns] = sp
 	}
