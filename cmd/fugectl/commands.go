@@ -97,6 +97,13 @@ func (c *cli) status(ctx context.Context, _ []string) error {
 		if err := t.flush(); err != nil {
 			return err
 		}
+		if cl.LeaderHTTP != "" {
+			scheme := "https"
+			if c.insecure {
+				scheme = "http"
+			}
+			fmt.Fprintf(c.out, "dashboard: %s://%s/ui/\n", scheme, cl.LeaderHTTP)
+		}
 		fmt.Fprintln(c.out)
 	}
 	var list admin.NamespaceList

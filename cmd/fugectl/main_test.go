@@ -192,6 +192,7 @@ func TestTables(t *testing.T) {
 		{[]string{"status"}, `
 NODE   ROLE    LEADER  TERM  LAST INDEX  COMMIT INDEX
 node1  leader  node1   3     120         119
+dashboard: https://127.0.0.1:7402/ui/
 
 NAMESPACE  RING SIZE  LEASE  OWNERS  GRANTED  RECALLING  FREE  OTHER
 default    4096       60s    2       1        1          1     0
