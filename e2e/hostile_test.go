@@ -539,3 +539,30 @@ func TestNegativeControlHostileSessionFlood(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileCrossOriginWrite: a page of another site cannot make a
+// browser that holds an admin's credentials drain an owner (CSRF).
+func TestHostileCrossOriginWrite(t *testing.T) {
+	const token = "0123456789abcdef-test-token"
+	p := hostilePool(t, fugetest.Options{AdminToken: token})
+	for _, h := range []map[string]string{
+		{"Origin": "https://evil.example"},
+		{"Sec-Fetch-Site": "cross-site"},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, p.m.AdminURL("/v1/namespaces/"+p.m.NS+"/owners/honest-a/drain"), strings.NewReader("{}"))
+		req.Header.Set("Content-Type", "text/plain")
+		req.Header.Set("Authorization", "Bearer "+token)
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("drain with %v: %s, want 403", h, resp.Status)
+		}
+	}
+	p.check(t)
+}

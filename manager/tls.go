@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -215,9 +216,29 @@ func (s *Server) guard(h http.Handler) http.Handler {
 	})
 }
 
+// crossOrigin reports whether r comes from a browser page whose origin is
+// not this server's.
+func crossOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return true
+	}
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return false
+	}
+	u, err := url.Parse(o)
+	return err != nil || u.Host != r.Host
+}
+
 // denied says why r may not proceed at level lvl ("" when it may); a
 // message starting with "401 " is a missing credential.
 func (s *Server) denied(r *http.Request, lvl access) string {
+	// A browser holding an admin's certificate must not be made to write
+	// by another site (CSRF): a write from a page must come from the
+	// dashboard's own origin. Clients that are not browsers send no Origin.
+	if lvl == accessWrite && crossOrigin(r) {
+		return "manager: a write from a page of another origin is refused (" + r.Header.Get("Origin") + ")"
+	}
 	if lvl == accessOpen || s.tokenOK(r) {
 		return ""
 	}
