@@ -191,9 +191,9 @@ type series struct {
 // lines draws series over categorical x positions named xs, on a log
 // scale when the values span more than a factor of 20.
 func lines(title, xunit, yunit string, xs []string, ss []series) canvas {
-	const left, top, h = 110, 80, 540
-	right, bottom := plotW-330, h-60
-	c := newCanvas(plotW, h)
+	const left, top, h, w = 110, 80, 540, 1150
+	right, bottom := w-420, h-60 // room for the legend's longest name
+	c := newCanvas(w, h)
 	c.text(10, 12, title, black)
 	lo, hi := math.Inf(1), 0.0
 	for _, s := range ss {
