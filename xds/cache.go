@@ -100,7 +100,8 @@ type typeCache struct {
 	published bool
 	fullState bool
 	res       map[string]*resource
-	frames    *frameIndex // where Codec finds the frames of the resources in res
+	frames    *frameIndex       // where Codec finds the frames of the resources in res
+	wildcard  map[string]string // wildcardVersions, nil until needed after an update
 	watches   map[uint64]watch
 	nextID    uint64
 }
@@ -143,6 +144,7 @@ func (c *typeCache) clear(version string) {
 func (c *typeCache) updateLocked(version string, set map[string]*resource, del []string) {
 	c.version = version
 	c.published = true
+	c.wildcard = nil
 	for name, r := range set {
 		c.frames.remove(c.res[name])
 		c.frames.add(r)
@@ -288,6 +290,42 @@ type deltaWatch struct {
 	req *cache.DeltaRequest
 	sub cache.Subscription
 	out chan cache.DeltaResponse
+	// A Lookup stream's watch (serveLookup) hands its response to deliver
+	// instead of out, and sets lookup's versions.
+	lookup  *lookupSub
+	deliver func(*deltaResponse)
+}
+
+// createLookupWatch opens a watch for a Lookup stream: as
+// CreateDeltaWatch, the first request answered at once, but the response
+// goes to deliver, and the versions the stream then holds are the cache's
+// shared map (wildcardVersions).
+func (c *typeCache) createLookupWatch(req *cache.DeltaRequest, sub *lookupSub, deliver func(*deltaResponse)) (func(), error) {
+	if req.GetTypeUrl() != c.typeURL {
+		return nil, fmt.Errorf("%w: %q in a cache of %q", ErrUnknownType, req.GetTypeUrl(), c.typeURL)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := deltaWatch{req: req, sub: sub, lookup: sub, deliver: deliver}
+	if w.answer(c, req.GetResponseNonce() == "") {
+		return nil, nil
+	}
+	return c.track(w), nil
+}
+
+// wildcardVersions is the version of every resource in a wildcard
+// subscription's scope: what such a subscription holds once answered. It
+// is built once per update and shared read-only by every Lookup stream.
+func (c *typeCache) wildcardVersions() map[string]string {
+	if c.wildcard == nil {
+		c.wildcard = make(map[string]string, len(c.res))
+		for name, r := range c.res {
+			if !r.explicit {
+				c.wildcard[name] = r.version
+			}
+		}
+	}
+	return c.wildcard
 }
 
 func (w deltaWatch) answer(c *typeCache, force bool) bool {
@@ -303,15 +341,22 @@ func (w deltaWatch) answer(c *typeCache, force bool) bool {
 			Resources:         make([]*discovery.Resource, len(changed)),
 			RemovedResources:  removed,
 		},
-		returned: maps.Clone(w.sub.ReturnedResources()),
 	}
+	for i, name := range changed {
+		out.resp.Resources[i] = c.res[name].delta
+	}
+	if w.lookup != nil {
+		out.returned = c.wildcardVersions()
+		w.lookup.returned = out.returned
+		w.deliver(out)
+		return true
+	}
+	out.returned = maps.Clone(w.sub.ReturnedResources())
 	if out.returned == nil {
 		out.returned = map[string]string{}
 	}
-	for i, name := range changed {
-		r := c.res[name]
-		out.resp.Resources[i] = r.delta
-		out.returned[name] = r.version
+	for _, name := range changed {
+		out.returned[name] = c.res[name].version
 	}
 	for _, name := range removed {
 		delete(out.returned, name)

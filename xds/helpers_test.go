@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -187,8 +188,15 @@ type deltaClient struct {
 	s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
 }
 
+// openDelta opens a delta stream and sends its first request. A stream for
+// the lease table's own types is opened as a Lookup's (serveLookup), unless
+// ctx says otherwise (plainStream); other types go to go-control-plane's
+// handler.
 func openDelta(ctx context.Context, t *testing.T, conn *grpc.ClientConn, node *core.Node, typeURL string, initial map[string]string) *deltaClient {
 	t.Helper()
+	if (typeURL == ArcBlockTypeURL || typeURL == HeartbeatTypeURL) && ctx.Value(plainKey{}) == nil {
+		ctx = metadata.AppendToOutgoingContext(ctx, wire.ClientKindKey, wire.ClientLookup)
+	}
 	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -434,4 +442,12 @@ func (tb *table) is(view []lease.Entry) bool {
 		}
 	}
 	return len(tb.versions) == wire.Blocks
+}
+
+type plainKey struct{}
+
+// plainStream marks ctx so that openDelta opens a stream as an Envoy or
+// any other client would: served by go-control-plane's handler.
+func plainStream(ctx context.Context) context.Context {
+	return context.WithValue(ctx, plainKey{}, true)
 }

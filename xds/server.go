@@ -39,6 +39,9 @@ func (a ads) StreamAggregatedResources(s discovery.AggregatedDiscoveryService_St
 }
 
 func (a ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	if isLookup(s.Context()) {
+		return a.t.serveLookup(s)
+	}
 	return a.t.delta.DeltaStreamHandler(s, cpresource.AnyType)
 }
 

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -28,8 +29,19 @@ func testContext(t *testing.T) context.Context {
 
 // TestDeltaBlocks follows a delta client through changes. The clock is
 // advanced before each view, so every view is published at once.
+// TestDeltaBlocks runs on a Lookup's stream (serveLookup) and on a stream
+// of any other client (go-control-plane's handler).
 func TestDeltaBlocks(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("plain=%v", plain), func(t *testing.T) { testDeltaBlocks(t, plain) })
+	}
+}
+
+func testDeltaBlocks(t *testing.T, plain bool) {
 	ctx := testContext(t)
+	if plain {
+		ctx = plainStream(ctx)
+	}
 	fc := newFakeClock()
 	lt, conn := newTestServerClock(t, LeaseTableConfig{}, fc)
 	publish := func(v []lease.Entry, lsn uint64) {
@@ -71,8 +83,20 @@ func TestDeltaBlocks(t *testing.T) {
 	}
 }
 
-// TestOneArcOneBlock: with four arcs per block, a change to one arc, of its
-// owner or only of its address, resends exactly its block.
+// TestLookupStreamWildcardOnly checks that a Lookup stream that subscribes
+// by name is refused: serveLookup serves wildcard subscriptions only.
+func TestLookupStreamWildcardOnly(t *testing.T) {
+	ctx := testContext(t)
+	lt, conn := newTestServer(t, LeaseTableConfig{})
+	lt.NamespaceView("ns", fourArcs(), 1)
+	c := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
+	c.recv()
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: ArcBlockTypeURL, ResourceNamesSubscribe: []string{"ns/block/3"}})
+	if code := c.recvErr(); code != codes.InvalidArgument {
+		t.Errorf("subscription by name: %v, want InvalidArgument", code)
+	}
+}
+
 func TestOneArcOneBlock(t *testing.T) {
 	ctx := testContext(t)
 	lt, conn := newTestServer(t, LeaseTableConfig{})

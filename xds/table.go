@@ -96,9 +96,10 @@ type LeaseTable struct {
 	sotw     sotw.Server
 	delta    delta.Server
 
-	mu     sync.RWMutex
-	spaces map[string]*space
-	frames frameIndex // the delta frames of every published resource, for Codec
+	mu        sync.RWMutex
+	spaces    map[string]*space
+	frames    frameIndex // the delta frames of every published resource, for Codec
+	lookupIDs lookupStreamIDs
 
 	smu     sync.Mutex
 	streams map[streamKey]struct{}

@@ -1,0 +1,215 @@
+package xds
+
+import (
+	"context"
+	"maps"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// A Lookup's stream is served by serveLookup, not by go-control-plane's
+// delta handler, because a manager holds thousands of them and each one
+// idles between pushes. go-control-plane's handler keeps two goroutines
+// per stream (one blocked in Recv, one in a select) and a map of the
+// client's versions per type, replaced by a copy on every push; with
+// 2,000 lookups that was 4,000 goroutines' stacks and 2,000 copies of the
+// same 64-entry map, which, since Go's GC goal counts stacks, weighed about
+// twice their size in RSS. Here a stream is one goroutine, blocked in
+// Recv; a response is sent by a goroutine that exists only while the
+// stream has responses queued; and the versions a wildcard subscription
+// holds after a response are the cache's own map of its current versions,
+// shared read-only by every such stream.
+//
+// The protocol is the delta protocol as go-control-plane serves it, for
+// what a Lookup asks: wildcard subscriptions to ArcBlocks and Heartbeats,
+// with initial_resource_versions. A Lookup stream that subscribes by name
+// or unsubscribes is refused with INVALID_ARGUMENT.
+
+// lookupStreamIDs numbers Lookup streams below zero, apart from
+// go-control-plane's stream IDs.
+type lookupStreamIDs struct{ n atomic.Int64 }
+
+func (x *lookupStreamIDs) next() int64 { return -x.n.Add(1) }
+
+// lookupSub is a Lookup stream's wildcard subscription to one type. The
+// cache reads returned under its lock; it is replaced, never modified, by
+// deliver, which runs under that lock too.
+type lookupSub struct {
+	returned map[string]string
+}
+
+var _ cache.Subscription = (*lookupSub)(nil)
+
+func (s *lookupSub) ReturnedResources() map[string]string     { return s.returned }
+func (s *lookupSub) SubscribedResources() map[string]struct{} { return nil }
+func (s *lookupSub) IsWildcard() bool                         { return true }
+
+// lookupStream is the state of one Lookup stream.
+type lookupStream struct {
+	t     *LeaseTable
+	key   streamKey
+	s     discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
+	subs  map[string]*lookupSub // by type URL; read and written by serve
+	stops map[string]func()     // open watches' cancel functions, by type URL
+
+	mu      sync.Mutex
+	queue   []*deltaResponse
+	sending bool // a sender goroutine runs
+	done    bool // serve returned: nothing more is sent
+	nonce   int64
+	err     error // the first send error
+	cancel  context.CancelFunc
+	senders sync.WaitGroup
+}
+
+// serveLookup serves a Lookup's delta ADS stream.
+func (t *LeaseTable) serveLookup(s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	ctx, cancel := context.WithCancel(s.Context())
+	defer cancel()
+	st := &lookupStream{
+		t: t, key: streamKey{delta: true, id: t.lookupIDs.next()}, s: s,
+		subs: map[string]*lookupSub{}, stops: map[string]func(){}, cancel: cancel,
+	}
+	cb := callbacks{t}
+	if err := cb.open(ctx, st.key); err != nil {
+		return err
+	}
+	defer cb.closed(st.key)
+	defer st.finish()
+	// A send error other than the stream's end (which ends Recv too)
+	// is seen at the next request; until then nothing more is sent, and
+	// a Lookup that hears nothing abandons the stream (StreamTimeout).
+	var node *core.Node
+	for {
+		req, err := s.Recv()
+		if err != nil {
+			if e := st.sendErr(); e != nil {
+				return e
+			}
+			return nil // the client closed the stream, or it broke
+		}
+		if e := st.sendErr(); e != nil {
+			return e
+		}
+		cb.request(st.key, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
+		if req.GetNode() != nil {
+			node = req.GetNode()
+		} else {
+			req.Node = node
+		}
+		if err := st.onRequest(req); err != nil {
+			return err
+		}
+	}
+}
+
+// onRequest opens a watch for the request's type, replacing the open one.
+func (st *lookupStream) onRequest(req *discovery.DeltaDiscoveryRequest) error {
+	typeURL := req.GetTypeUrl()
+	if typeURL != ArcBlockTypeURL && typeURL != HeartbeatTypeURL {
+		return status.Errorf(codes.InvalidArgument, "%v: %q on a Lookup stream", ErrUnknownType, typeURL)
+	}
+	if len(req.GetResourceNamesUnsubscribe()) > 0 {
+		return status.Errorf(codes.InvalidArgument, "xds: a Lookup stream subscribes by wildcard only")
+	}
+	for _, name := range req.GetResourceNamesSubscribe() {
+		if name != "*" {
+			return status.Errorf(codes.InvalidArgument, "xds: a Lookup stream subscribes by wildcard only, not to %q", name)
+		}
+	}
+	if stop := st.stops[typeURL]; stop != nil {
+		stop()
+		delete(st.stops, typeURL)
+	}
+	sub := st.subs[typeURL]
+	if sub == nil {
+		sub = &lookupSub{returned: maps.Clone(req.GetInitialResourceVersions())}
+		if sub.returned == nil {
+			sub.returned = map[string]string{}
+		}
+		st.subs[typeURL] = sub
+	}
+	st.t.mu.RLock()
+	defer st.t.mu.RUnlock()
+	c, err := mux{st.t}.route(req.GetNode(), typeURL, sub)
+	if err != nil {
+		return err
+	}
+	stop, err := c.createLookupWatch(req, sub, st.deliver)
+	if err != nil {
+		return err
+	}
+	if stop != nil {
+		st.stops[typeURL] = stop
+	}
+	return nil
+}
+
+// deliver queues a response and starts a sender if none runs. It is
+// called with the cache's lock held, so it only queues.
+func (st *lookupStream) deliver(r *deltaResponse) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.done {
+		return
+	}
+	st.queue = append(st.queue, r)
+	if !st.sending {
+		st.sending = true
+		st.senders.Add(1)
+		go st.send()
+	}
+}
+
+// send sends the queued responses in order, then exits.
+func (st *lookupStream) send() {
+	defer st.senders.Done()
+	for {
+		st.mu.Lock()
+		if len(st.queue) == 0 || st.done || st.err != nil {
+			st.sending = false
+			st.queue = nil
+			st.mu.Unlock()
+			return
+		}
+		r := st.queue[0]
+		st.queue[0] = nil
+		st.queue = st.queue[1:]
+		st.nonce++
+		r.resp.Nonce = strconv.FormatInt(st.nonce, 10)
+		st.mu.Unlock()
+		st.t.pushes.Add(1)
+		if err := st.s.Send(r.resp); err != nil {
+			st.mu.Lock()
+			st.err = err
+			st.mu.Unlock()
+			st.cancel()
+		}
+	}
+}
+
+func (st *lookupStream) sendErr() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.err
+}
+
+// finish cancels the watches and waits for a running sender: gRPC does
+// not allow a send once the handler has returned.
+func (st *lookupStream) finish() {
+	for _, stop := range st.stops {
+		stop()
+	}
+	st.mu.Lock()
+	st.done = true
+	st.mu.Unlock()
+	st.cancel()
+	st.senders.Wait()
+}
