@@ -1,7 +1,9 @@
 package lb
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/fuge-project/fuge/api/fugev1"
 	"github.com/fuge-project/fuge/api/wire"
 	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
 )
 
 // oracleBlock decodes an ArcBlock the way decodeArcBlock replaces: through
@@ -147,6 +150,81 @@ func BenchmarkDecodeBlocks(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		}
+	})
+}
+
+// buildTableBySetAll is buildTable as it was, through SetAll: the oracle
+// for the merge pass.
+func buildTableBySetAll(es []lease.Entry) *ring.Table[value] {
+	sorted := slices.Clone(es)
+	slices.SortStableFunc(sorted, func(a, b lease.Entry) int { return cmp.Compare(a.Range.End, b.Range.End) })
+	as := make([]ring.Assignment[value], len(sorted))
+	for i, e := range sorted {
+		as[i] = ring.Assignment[value]{Range: e.Range, Value: value{owner: e.Owner, addr: e.Addr, gen: e.Gen}}
+	}
+	t := ring.NewTable(value{})
+	t.SetAll(as)
+	t.Compact()
+	return t
+}
+
+// TestBuildTableMatchesSetAll checks buildTable against SetAll on random
+// partitions: some with an arc ending at 0, one arc, arcs of one owner
+// next to each other, shuffled or sorted.
+func TestBuildTableMatchesSetAll(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 0))
+	for i := range 5000 {
+		n := 1 + rnd.IntN(12)
+		ends := map[uint64]bool{}
+		for len(ends) < n {
+			x := rnd.Uint64() >> uint(rnd.IntN(64))
+			if rnd.IntN(8) == 0 {
+				x = 0
+			}
+			ends[x] = true
+		}
+		xs := slices.Sorted(maps.Keys(ends))
+		es := make([]lease.Entry, n)
+		for k, x := range xs {
+			o := []string{"a", "b", "c"}[rnd.IntN(3)]
+			es[k] = lease.Entry{Range: ring.Range{Start: xs[(k+n-1)%n], End: x}, Owner: o, Addr: o + ":1", Gen: lease.Gen(1 + rnd.IntN(2))}
+		}
+		if rnd.IntN(2) == 0 {
+			rnd.Shuffle(n, func(a, b int) { es[a], es[b] = es[b], es[a] })
+		}
+		got, err := buildTable(es)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		if want := buildTableBySetAll(es); !ring.Equal(got, want) || got.Len() != want.Len() {
+			t.Fatalf("case %d %v: got %d arcs, SetAll %d", i, es, got.Len(), want.Len())
+		}
+	}
+}
+
+// BenchmarkBuildTable measures building a lookup's table of 4,096 arcs
+// among 500 owners.
+func BenchmarkBuildTable(b *testing.B) {
+	var owners []string
+	for i := range 500 {
+		owners = append(owners, fmt.Sprintf("owner-%04d", i))
+	}
+	_, es := ringEntries(b, 4096, 7, owners...)
+	b.Run("merge", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := buildTable(es); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("setall", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			buildTableBySetAll(es)
 		}
 	})
 }

@@ -382,13 +382,30 @@ func buildTable(es []lease.Entry) (*ring.Table[value], error) {
 			}
 		}
 	}
-	// Sorted by End, a partition is one merge pass of SetAll.
-	as := make([]ring.Assignment[value], len(sorted))
+	// Sorted by End, the entries' ends are the table's boundaries (with the
+	// fresh table's boundary at 0), and each arc's value is that of the
+	// first entry ending at or after it: one merge pass, no search. This
+	// is what SetAll of the entries leaves, without the assignments and
+	// their boundaries sorted again; a lookup builds a whole table (4,096
+	// arcs at the default ring size) each time it connects.
+	xs := make([]uint64, len(sorted))
 	for i, e := range sorted {
-		as[i] = ring.Assignment[value]{Range: e.Range, Value: value{owner: e.Owner, addr: e.Addr, gen: e.Gen}}
+		xs[i] = e.Range.End
 	}
 	t := ring.NewTable(value{})
-	t.SetAll(as)
+	t.SplitSorted(xs)
+	j := 0
+	for i := range t.Len() {
+		r, _ := t.At(i)
+		for j < len(sorted) && sorted[j].Range.End < r.End {
+			j++
+		}
+		e := sorted[0] // past the last end: the entry that wraps
+		if j < len(sorted) {
+			e = sorted[j]
+		}
+		t.SetValue(i, value{owner: e.Owner, addr: e.Addr, gen: e.Gen})
+	}
 	t.Compact()
 	return t, nil
 }
