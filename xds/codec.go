@@ -130,18 +130,27 @@ func marshalDelta(m *discovery.DeltaDiscoveryResponse, frames *frameIndex) (mem.
 	if err != nil {
 		return nil, false
 	}
-	// One fresh buffer holds the head and every envelope; the slice
-	// alternates pieces of it with the shared values.
-	size := len(b)
-	for _, r := range m.Resources {
-		size += deltaEnvelopeSize(r)
+	// One fresh buffer holds the head and the envelopes of the resources
+	// without a frame; the slice alternates pieces of it with the shared
+	// frames and values. A stream's transport keeps what is returned here
+	// until its flow-control window lets it all out, so it is kept small:
+	// with frames, the head and a slice header per resource.
+	fs := make([][]byte, len(m.Resources))
+	size, pieces := len(b), 1
+	for i, r := range m.Resources {
+		if fs[i] = frames.get(r); fs[i] != nil {
+			pieces++
+		} else {
+			size += deltaEnvelopeSize(r)
+			pieces += 2
+		}
 	}
 	buf := make([]byte, 0, size)
 	buf = append(buf, b...)
-	out := make(mem.BufferSlice, 0, 2*len(m.Resources)+1)
+	out := make(mem.BufferSlice, 0, pieces)
 	from := 0
-	for _, r := range m.Resources {
-		if f := frames.get(r); f != nil {
+	for i, r := range m.Resources {
+		if f := fs[i]; f != nil {
 			if from < len(buf) {
 				out = append(out, mem.SliceBuffer(buf[from:len(buf):len(buf)]))
 				from = len(buf)
