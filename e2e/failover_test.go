@@ -75,8 +75,14 @@ func TestLeaderFailover(t *testing.T) {
 		})
 		served := time.Since(killedAt)
 		worstElect, worstServe = max(worstElect, elected), max(worstServe, served)
-		if served > 2*time.Second {
-			t.Errorf("kill %d: the new leader served every owner and lookup after %v, want within 2 s", k+1, served)
+		// The goal is 2 s (measured without the race detector); under it,
+		// on a shared 2-core machine, only a loose bound is checked.
+		bound := 2 * time.Second
+		if raceEnabled {
+			bound = 6 * time.Second
+		}
+		if served > bound {
+			t.Errorf("kill %d: the new leader served every owner and lookup after %v, want within %v", k+1, served, bound)
 		}
 		eventually(t, "convergence on the new leader", func() bool { return converged(c, owners, lookups) })
 		view, _ := leaderView(nl)
