@@ -170,7 +170,6 @@ type churnClient struct {
 	writes, writesOK    int64
 	reads, readsOK      int64
 	stale, lost, failed int64
-	lastStale           string
 }
 
 func (c *churnClient) run(ctx context.Context) {

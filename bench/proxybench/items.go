@@ -219,7 +219,7 @@ func (b *bench) managerScale() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	args := []string{"go", "run", "./bench/managerscale", "-memory-limit", "176MiB"}
 	if b.ps.pinned {

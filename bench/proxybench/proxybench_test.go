@@ -1,0 +1,86 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The summary line is read by scripts: its form must not drift.
+func TestSummaryLine(t *testing.T) {
+	pairs := []pair{
+		{BothValid: true, RPSRatio: 0.97, CPURatio: 1.03},
+		{BothValid: true, RPSRatio: 1.05, CPURatio: 0.95},
+		{BothValid: false, RPSRatio: 9, CPURatio: 9}, // discarded
+		{BothValid: true, RPSRatio: 1.02, CPURatio: 0.98},
+	}
+	got := summaryLine(pairs)
+	want := "fuge-proxy vs haproxy-chash: rps ratio 1.02 (min 0.97 max 1.05), cpu/request ratio 0.98 (min 0.95 max 1.03), pairs 3"
+	if got != want {
+		t.Fatalf("summaryLine:\n got %s\nwant %s", got, want)
+	}
+	form := regexp.MustCompile(`^fuge-proxy vs haproxy-chash: rps ratio \d+\.\d\d \(min \d+\.\d\d max \d+\.\d\d\), cpu/request ratio \d+\.\d\d \(min \d+\.\d\d max \d+\.\d\d\), pairs \d+$`)
+	if !form.MatchString(got) || !form.MatchString(summaryLine(nil)) {
+		t.Fatalf("summary %q or the empty one %q is not of the issue's form", got, summaryLine(nil))
+	}
+}
+
+// splitBrain counts a write inside another holder's interval of writes,
+// per row, and nothing for holders that take turns.
+func TestSplitBrain(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, lines ...string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Row 1: u1#1 writes d at 10 and 40; u2#1 writes d at 20 (inside u1's
+	// interval: one split-brain write) and reads at 30 (not a write).
+	// Row 2: p1 under generation 5, then p2 under 6, then p1 under 7:
+	// turns, no overlap. A line cut by a kill is skipped.
+	write("u1#1", "10 r1-d 1 204", "40 r1-d 1 204", "15 r1-e 1 204")
+	write("u2#1", "20 r1-d 1 204", "30 r1-d 1 200", "35 r1-e 1 20")
+	write("p1#1", "10 r2-d 5 204", "12 r2-d 5 204", "50 r2-d 7 204", "60 r2-d 7 204")
+	write("p2#1", "20 r2-d 6 204", "30 r2-d 6 204")
+	rows := []churnRow{{prefix: "r1-"}, {prefix: "r2-"}}
+	splitBrain([]string{dir}, rows)
+	if rows[0].SplitWrites != 1 || rows[0].SplitKeys != 1 {
+		t.Errorf("row 1: %d split-brain writes on %d keys, want 1 on 1", rows[0].SplitWrites, rows[0].SplitKeys)
+	}
+	if rows[1].SplitWrites != 0 || rows[1].SplitKeys != 0 {
+		t.Errorf("row 2: %d split-brain writes on %d keys, want 0", rows[1].SplitWrites, rows[1].SplitKeys)
+	}
+}
+
+// The balancers' configurations carry the layout the report promises.
+func TestConfigs(t *testing.T) {
+	servers := []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}
+	h := haproxyConfig("127.0.0.1:9", "hdr(X-Fuge-Key)", servers, false)
+	for _, want := range []string{"nbthread 1", "http-reuse always", "balance hdr(X-Fuge-Key)", "hash-type consistent", "server s3 127.0.0.1:3\n"} {
+		if !strings.Contains(h, want) {
+			t.Errorf("haproxy config lacks %q:\n%s", want, h)
+		}
+	}
+	if strings.Contains(h, "log ") || strings.Contains(h, "check") {
+		t.Errorf("haproxy throughput config logs or checks:\n%s", h)
+	}
+	if rr := haproxyConfig("127.0.0.1:9", "roundrobin", servers, true); strings.Contains(rr, "hash-type") || !strings.Contains(rr, "check inter 250ms") {
+		t.Errorf("round-robin config with checks:\n%s", rr)
+	}
+	n := nginxConfig("/tmp/x", "127.0.0.1:9", servers, false)
+	for _, want := range []string{"worker_processes 1;", "master_process off;", "access_log off;", "hash $http_x_fuge_key consistent;", "keepalive 256;", `proxy_set_header Connection "";`} {
+		if !strings.Contains(n, want) {
+			t.Errorf("nginx config lacks %q:\n%s", want, n)
+		}
+	}
+}
+
+// wrk's percentiles are found by value.
+func TestWrkResult(t *testing.T) {
+	r := wrkResult{Requests: 600, DurationUS: 2_000_000, Status: 1, Pcts: [][]float64{{50, 120}, {99, 900}}}
+	if r.rps() != 300 || r.pct(99) != 900 || r.pct(99.9) != 0 || r.errors() != 1 {
+		t.Fatalf("rps %v p99 %v p99.9 %v errors %d", r.rps(), r.pct(99), r.pct(99.9), r.errors())
+	}
+}
