@@ -30,7 +30,7 @@ type moveResult struct {
 	MoveTook    time.Duration // from the drain until the admin API shows b1-b3 holding every arc
 	Failed      int64         // in the whole run
 	Seconds     []secStat
-	Share       float64 // of the ring b4 held
+	Share       float64 // of the key space b4 held
 	Err         string
 	DrainAt     time.Duration
 	RunDuration time.Duration
@@ -73,13 +73,11 @@ func (b *bench) move(ctx context.Context, fuge *target) moveResult {
 		return res
 	}
 	if arcs, err := b.arcs(nsPlain); err == nil {
-		n := 0
 		for _, a := range arcs {
 			if a.Owner == "b4" {
-				n++
+				res.Share += a.share()
 			}
 		}
-		res.Share = float64(n) / float64(len(arcs)) // arcs, not key share: printed as arcs
 	}
 	b.ps.waitQuiet(b.cfg.quietMax)
 	closedLoop(fuge.addr, wrkConns, time.Second, 0, nil) // warm-up: connections to b4 too

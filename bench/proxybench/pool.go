@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -102,8 +103,19 @@ func (b *bench) startOwner(ctx context.Context, ns, name, addr string) (*ownergu
 
 // arc is one arc of the lease table, as the admin API shows it.
 type arc struct {
-	Owner string
-	State string
+	Start, End string // 16 hex digits: the arc (Start, End]
+	Owner      string
+	State      string
+}
+
+// share is the fraction of the key space in the arc.
+func (a arc) share() float64 {
+	s, err1 := strconv.ParseUint(a.Start, 16, 64)
+	e, err2 := strconv.ParseUint(a.End, 16, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return float64(e-s) / (1 << 64) // wraps for the arc across zero
 }
 
 func (b *bench) arcs(ns string) ([]arc, error) {

@@ -84,3 +84,19 @@ func TestWrkResult(t *testing.T) {
 		t.Fatalf("rps %v p99 %v p99.9 %v errors %d", r.rps(), r.pct(99), r.pct(99.9), r.errors())
 	}
 }
+
+// An arc's share of the key space, across zero too.
+func TestArcShare(t *testing.T) {
+	for _, c := range []struct {
+		a    arc
+		want float64
+	}{
+		{arc{Start: "0000000000000000", End: "4000000000000000"}, 0.25},
+		{arc{Start: "c000000000000000", End: "0000000000000000"}, 0.25},
+		{arc{Start: "zz", End: "0000000000000000"}, 0},
+	} {
+		if got := c.a.share(); got != c.want {
+			t.Errorf("%+v: share %v, want %v", c.a, got, c.want)
+		}
+	}
+}

@@ -216,7 +216,7 @@ func (r *report) markdown() string {
 	}
 	p("\n![anomalies per balancer](anomalies.png)\n\n")
 
-	p("## 4. fuge-proxy under a lease-table change\n\nA fourth owner, b4, joins the plain namespace (%.0f%% of the arcs), the harness's closed-loop generator keeps %d connections busy through fuge-proxy, and %v in, b4 is drained through the admin API (`POST /v1/namespaces/default/owners/b4/drain`): its arcs are recalled and granted to b1–b3 while requests flow. The admin API showed every arc granted to b1–b3 %v after the drain.\n\n",
+	p("## 4. fuge-proxy under a lease-table change\n\nA fourth owner, b4, joins the plain namespace (it then holds %.1f%% of the key space), the harness's closed-loop generator keeps %d connections busy through fuge-proxy, and %v in, b4 is drained through the admin API (`POST /v1/namespaces/default/owners/b4/drain`): its arcs are recalled and granted to b1–b3 while requests flow. The admin API showed every arc granted to b1–b3 %v after the drain.\n\n",
 		100*m.Share, wrkConns, m.DrainAt, m.MoveTook.Round(time.Millisecond))
 	if m.Err != "" {
 		p("**The move failed to run: %s**\n\n", m.Err)
