@@ -566,3 +566,24 @@ func TestHostileCrossOriginWrite(t *testing.T) {
 	}
 	p.check(t)
 }
+
+// TestNegativeControlHostileCrossOriginWrite: without the origin check, a
+// cross-site drain with the admin's credentials goes through and the
+// honest owner loses its leases.
+func TestNegativeControlHostileCrossOriginWrite(t *testing.T) {
+	const token = "0123456789abcdef-test-token"
+	p := hostilePool(t, fugetest.Options{AdminToken: token, UnsafeNoInputChecks: true})
+	req, _ := http.NewRequest(http.MethodPost, p.m.AdminURL("/v1/namespaces/"+p.m.NS+"/owners/honest-a/drain"), strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Origin", "https://evil.example")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if harm := p.unharmed(t).what; harm == "" {
+		t.Fatalf("a cross-site drain (%s) changed nothing the test sees", resp.Status)
+	} else {
+		t.Logf("without the defence (%s): %s", resp.Status, harm)
+	}
+}

@@ -104,9 +104,9 @@ type ServerConfig struct {
 	// Pprof serves /debug/pprof on the admin address (admins only).
 	Pprof bool
 
-	// UnsafeNoInputChecks switches off the bounds on owner requests and
-	// the checks on cluster joins: only for the hostile-client tests'
-	// negative controls.
+	// UnsafeNoInputChecks switches off the bounds on owner requests, the
+	// checks on cluster joins and the refusal of cross-origin admin writes:
+	// only for the hostile-client tests' negative controls.
 	UnsafeNoInputChecks bool
 
 	// UnsafeReplace is Config.UnsafeReplace: only for the fault harness's
