@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
+	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -102,6 +104,7 @@ type typeCache struct {
 	res       map[string]*resource
 	frames    *frameIndex       // where Codec finds the frames of the resources in res
 	wildcard  map[string]string // wildcardVersions, nil until needed after an update
+	clock     clock
 	watches   map[uint64]watch
 	nextID    uint64
 }
@@ -113,9 +116,10 @@ type watch interface {
 	answer(c *typeCache, force bool) bool
 }
 
-func newTypeCache(typeURL string, frames *frameIndex) *typeCache {
+func newTypeCache(typeURL string, frames *frameIndex, clk clock) *typeCache {
 	return &typeCache{
 		typeURL:   typeURL,
+		clock:     clk,
 		frames:    frames,
 		version:   "0",
 		res:       map[string]*resource{},
@@ -294,24 +298,57 @@ type deltaWatch struct {
 	// instead of out, and sets lookup's versions.
 	lookup  *lookupSub
 	deliver func(*deltaResponse)
+	// atLeast holds the answer until the cache's version (an ArcBlock
+	// cache's: the LSN of the view published last) is at least this: a
+	// Lookup that moves from another node must not be sent an older
+	// table than the one it holds. Zero holds nothing.
+	atLeast uint64
+	// first marks the first request of a subscription, answered even with
+	// nothing to send once it is no longer held.
+	first bool
 }
 
 // createLookupWatch opens a watch for a Lookup stream: as
 // CreateDeltaWatch, the first request answered at once, but the response
 // goes to deliver, and the versions the stream then holds are the cache's
 // shared map (wildcardVersions).
-func (c *typeCache) createLookupWatch(req *cache.DeltaRequest, sub *lookupSub, deliver func(*deltaResponse)) (func(), error) {
+func (c *typeCache) createLookupWatch(req *cache.DeltaRequest, sub *lookupSub, deliver func(*deltaResponse), atLeast uint64) (func(), error) {
 	if req.GetTypeUrl() != c.typeURL {
 		return nil, fmt.Errorf("%w: %q in a cache of %q", ErrUnknownType, req.GetTypeUrl(), c.typeURL)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w := deltaWatch{req: req, sub: sub, lookup: sub, deliver: deliver}
-	if w.answer(c, req.GetResponseNonce() == "") {
+	force := req.GetResponseNonce() == ""
+	w := deltaWatch{req: req, sub: sub, lookup: sub, deliver: deliver, atLeast: atLeast, first: force}
+	if w.answer(c, force) {
 		return nil, nil
 	}
-	return c.track(w), nil
+	stop := c.track(w)
+	if atLeast > 0 {
+		// A namespace deleted and created again restarts its LSNs: a
+		// Lookup that missed that would wait for ever. A standby's lag is
+		// bounded (it serves Lookups only while in contact with the
+		// leader), so past MaxCatchUp the table is sent as it is.
+		id := c.nextID
+		c.clock.AfterFunc(MaxCatchUp, func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if w, ok := c.watches[id].(deltaWatch); ok {
+				w.atLeast = 0
+				if w.answer(c, force) {
+					delete(c.watches, id)
+				} else {
+					c.watches[id] = w
+				}
+			}
+		})
+	}
+	return stop, nil
 }
+
+// MaxCatchUp is the longest a reconnecting Lookup's first response waits
+// for this node to publish a view as new as the blocks it holds.
+const MaxCatchUp = 5 * time.Second
 
 // wildcardVersions is the version of every resource in a wildcard
 // subscription's scope: what such a subscription holds once answered. It
@@ -329,6 +366,14 @@ func (c *typeCache) wildcardVersions() map[string]string {
 }
 
 func (w deltaWatch) answer(c *typeCache, force bool) bool {
+	if w.atLeast > 0 {
+		// A version that is not a number (a deleted namespace's) holds
+		// nothing back.
+		if v, err := strconv.ParseUint(c.version, 10, 64); err == nil && v < w.atLeast {
+			return false
+		}
+		force = force || w.first
+	}
 	changed, removed := c.changes(w.sub)
 	if !force && len(changed) == 0 && len(removed) == 0 {
 		return false

@@ -129,12 +129,16 @@ func (st *lookupStream) onRequest(req *discovery.DeltaDiscoveryRequest) error {
 		delete(st.stops, typeURL)
 	}
 	sub := st.subs[typeURL]
+	var atLeast uint64
 	if sub == nil {
 		sub = &lookupSub{returned: maps.Clone(req.GetInitialResourceVersions())}
 		if sub.returned == nil {
 			sub.returned = map[string]string{}
 		}
 		st.subs[typeURL] = sub
+		if typeURL == ArcBlockTypeURL {
+			atLeast = newestBlock(sub.returned)
+		}
 	}
 	st.t.mu.RLock()
 	defer st.t.mu.RUnlock()
@@ -142,7 +146,7 @@ func (st *lookupStream) onRequest(req *discovery.DeltaDiscoveryRequest) error {
 	if err != nil {
 		return err
 	}
-	stop, err := c.createLookupWatch(req, sub, st.deliver)
+	stop, err := c.createLookupWatch(req, sub, st.deliver, atLeast)
 	if err != nil {
 		return err
 	}
@@ -212,4 +216,20 @@ func (st *lookupStream) finish() {
 	st.mu.Unlock()
 	st.cancel()
 	st.senders.Wait()
+}
+
+// newestBlock is the highest block version (an LSN) a reconnecting Lookup
+// holds, 0 if none. Its first response waits until this node has published
+// a view at least as new: every node publishes the same views at the same
+// LSNs as raft applies them, but a standby may lag, and a Lookup that moves
+// to it from a node ahead of it must not go back in time (it would see
+// generations change back, and again forward: loss it did not suffer).
+func newestBlock(versions map[string]string) uint64 {
+	var newest uint64
+	for _, v := range versions {
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			newest = max(newest, n)
+		}
+	}
+	return newest
 }

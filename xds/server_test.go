@@ -444,3 +444,47 @@ func TestInvalidViewSkipped(t *testing.T) {
 	lt.NamespaceView("ns", v3, 3)
 	wantDelta(t, c.recv(), "ns", v3, at{32: 3}, nil)
 }
+
+// TestLookupCatchesUp checks that a Lookup that reconnects holding blocks
+// newer than this node's view (it comes from a node ahead of this one)
+// hears nothing until this node has published a view at least as new,
+// even one that changes no block, or until MaxCatchUp has passed.
+func TestLookupCatchesUp(t *testing.T) {
+	ctx := testContext(t)
+	fc := newFakeClock()
+	lt, conn := newTestServerClock(t, LeaseTableConfig{}, fc)
+	v := fourArcs()
+	lt.NamespaceView("ns", v, 3)
+	held := map[string]string{"ns/block/0": "5", "ns/block/16": "4"}
+
+	// syncs sends a Heartbeat subscription on c and waits for its answer:
+	// the stream's requests are handled in order, so the ArcBlock request
+	// before it has been handled too.
+	syncs := func(c *deltaClient) {
+		t.Helper()
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: HeartbeatTypeURL})
+		if r := c.recvRaw(); r.GetTypeUrl() != HeartbeatTypeURL {
+			t.Fatalf("a %s response (version %s) while the node is behind", r.GetTypeUrl(), r.GetSystemVersionInfo())
+		}
+	}
+	c := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, held)
+	syncs(c)
+	fc.Advance(FlushInterval)
+	lt.NamespaceView("ns", v, 4) // still behind
+	fc.Advance(FlushInterval)
+	lt.NamespaceView("ns", v, 5) // caught up, though no block changed
+	r := c.recvRaw()
+	if r.GetTypeUrl() != ArcBlockTypeURL || r.GetSystemVersionInfo() != "5" {
+		t.Fatalf("first ArcBlock response at %q (%s), want 5", r.GetSystemVersionInfo(), r.GetTypeUrl())
+	}
+
+	// A client claiming a version this node never reaches (a namespace
+	// deleted and created again restarts its LSNs) is answered after
+	// MaxCatchUp.
+	c2 := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, map[string]string{"ns/block/0": "99"})
+	syncs(c2)
+	fc.Advance(MaxCatchUp)
+	if r := c2.recvRaw(); r.GetTypeUrl() != ArcBlockTypeURL || r.GetSystemVersionInfo() != "5" {
+		t.Fatalf("after MaxCatchUp: %s at %q, want ArcBlocks at 5", r.GetTypeUrl(), r.GetSystemVersionInfo())
+	}
+}

@@ -234,7 +234,7 @@ func (t *LeaseTable) spaceLocked(ns string) *space {
 	if sp == nil {
 		sp = &space{caches: map[string]*typeCache{}, envoy: map[string]map[string]proto.Message{}}
 		for _, typeURL := range []string{ArcBlockTypeURL, HeartbeatTypeURL, ListenerTypeURL, RouteTypeURL, ClusterTypeURL, EndpointTypeURL} {
-			sp.caches[typeURL] = newTypeCache(typeURL, &t.frames)
+			sp.caches[typeURL] = newTypeCache(typeURL, &t.frames, t.clock)
 		}
 		t.spaces[ns] = sp
 	}
@@ -344,9 +344,9 @@ func (t *LeaseTable) publishViewLocked(ns string, sp *space, v *view) {
 	t.flushes.Add(1)
 	sp.blocks = next
 	sp.lsn = v.lsn
-	if len(set) > 0 {
-		sp.caches[ArcBlockTypeURL].update(version, set, nil)
-	}
+	// Even a view that changes no block advances the cache's version: a
+	// Lookup that moved here from a node ahead waits for it (atLeast).
+	sp.caches[ArcBlockTypeURL].update(version, set, nil)
 }
 
 // NamespaceDeleted deletes every resource of a namespace, so subscribed
