@@ -31,6 +31,7 @@ type Lookup struct {
 	attempts, reconnects, redirects, stalls atomic.Uint64
 	updates, rejected, nacks, heartbeats    atomic.Uint64
 	lossNotifications, lossAll              atomic.Uint64
+	servedLSN                               atomic.Uint64
 
 	mu        sync.Mutex
 	started   bool
@@ -186,6 +187,7 @@ func (l *Lookup) Stats() LookupStats {
 		Heartbeats:        l.heartbeats.Load(),
 		LossNotifications: l.lossNotifications.Load(),
 		LossAll:           l.lossAll.Load(),
+		ServedLSN:         l.servedLSN.Load(),
 		Core:              cs,
 	}
 }

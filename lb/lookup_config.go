@@ -78,9 +78,14 @@ type BackoffConfig = clientshell.Backoff
 // defaults.
 type LookupConfig struct {
 	// Managers lists every manager's gRPC address. The Lookup starts with
-	// the first, follows a standby's "fuge-leader" trailer to the leader and
-	// otherwise tries the addresses in turn. Required.
+	// one at random, so that Lookups spread over the nodes (the leader and
+	// every standby in contact with it serve them), follows a standby's
+	// "fuge-leader" trailer to the leader and otherwise tries the
+	// addresses in turn. Required.
 	Managers []string
+	// InOrder starts with Managers[0] instead of one at random: for a
+	// list already in order of preference.
+	InOrder bool
 	// Namespace is the namespace whose lease table the Lookup follows.
 	// Required.
 	Namespace string
@@ -218,5 +223,10 @@ type LookupStats struct {
 	// everything after the staleness bound.
 	LossNotifications uint64
 	LossAll           uint64
-	Core              CoreStats
+	// ServedLSN is the LSN the manager node served the last ArcBlock
+	// response at (its system_version_info: the LSN of the last view the
+	// node published). Every node publishes the same views at the same
+	// LSNs, so a standby's trails the leader's by its lag.
+	ServedLSN uint64
+	Core      CoreStats
 }

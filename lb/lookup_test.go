@@ -43,6 +43,7 @@ func startLookup(t *testing.T, managers []string, mut func(*LookupConfig)) (*Loo
 		Managers:  managers,
 		Namespace: ns,
 		Name:      "fe1",
+		InOrder:   true, // the tests say which manager is tried first
 		OnLoss:    func(rs []ring.Range, all bool) { losses <- lossCall{slices.Clone(rs), all} },
 		Backoff:   BackoffConfig{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond},
 		Logger:    slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -92,6 +93,10 @@ func newSession(l *Lookup, core *Core) *session {
 		}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxMessageBytes)),
 	}
+	first := 0
+	if !cfg.InOrder {
+		first = rand.IntN(len(cfg.Managers))
+	}
 	return &session{
 		l:        l,
 		cfg:      cfg,
@@ -101,7 +106,8 @@ func newSession(l *Lookup, core *Core) *session {
 		names:    blockNames(cfg.Namespace),
 		held:     make(map[string]heldBlock, wire.Blocks),
 		events:   make(chan streamEvent, 16),
-		addr:     cfg.Managers[0],
+		addr:     cfg.Managers[first],
+		idx:      first,
 	}
 }
 
@@ -298,6 +304,9 @@ func (s *session) onBlocks(c *conn, resp *discovery.DeltaDiscoveryResponse) {
 	// sees it knows the table is published and the loss upcall queued.
 	defer s.send(c, ack(resp, nil))
 
+	if lsn, err := strconv.ParseUint(resp.GetSystemVersionInfo(), 10, 64); err == nil {
+		s.l.servedLSN.Store(lsn)
+	}
 	entries, err := tableOf(s.names, s.held)
 	if err != nil {
 		c.synced = false

@@ -133,20 +133,41 @@
 // request with error_detail) is logged and counted and does not cause a
 // resend.
 //
-// # Leadership
+// # Leadership and standbys
 //
 // LeaseTableConfig.Gate is called as each Lookup stream opens (one whose
 // gRPC metadata carries wire.ClientKindKey = wire.ClientLookup, as
-// lb.Lookup sends); the manager passes its CheckLeader, so a standby
-// refuses lookups with FAILED_PRECONDITION and the leader's address in the
-// "fuge-leader" trailer, since only the leader sends the heartbeats a
-// Lookup's staleness bound counts on. Every node keeps its tables current,
-// since the manager calls the observer on every node as raft applies
-// changes, so streams without that mark (Envoy, proxyless gRPC) are served
-// by any node: an Envoy or a grpc-go client keeps its configuration
-// current through any manager it reaches, leader or not, and does not need
-// to follow leadership (grpc-go would not: it changes servers only while
-// it lacks resources).
+// lb.Lookup sends). The manager passes its CheckLookup: the leader serves
+// Lookups, and so does every standby while it has heard from the leader
+// within raft's heartbeat timeout, so a 3-node cluster spreads its routers
+// over three nodes. Every node keeps its tables current, since the manager
+// calls the observer on every node as raft applies changes, at the same
+// LSNs. A standby out of contact refuses Lookup streams with
+// FAILED_PRECONDITION and the leader's address in the "fuge-leader"
+// trailer, and stops its heartbeats.
+//
+// Heartbeats are what a Lookup's staleness bound counts: the leader sends
+// them every heartbeat interval, and a standby sends its own
+// (manager.Server.RunStandbyHeartbeats) only while in contact with the
+// leader, so a heartbeat from a standby says its table trails the leader's
+// by at most raft's heartbeat timeout and the time to apply what was
+// committed. A Lookup served by a standby that loses contact hears nothing
+// more, abandons the stream after its StreamTimeout and reconnects to
+// another node, within its staleness bound.
+//
+// A Lookup learns the LSN a node serves at from each ArcBlock response's
+// system_version_info (the LSN of the last view the node published). When
+// it moves from one node to another it sends the block versions it holds
+// (LSNs); a node that has not yet published a view as new as the newest of
+// them holds its first response until it has (or for at most MaxCatchUp),
+// so the Lookup never goes back in time: it misses no generation change,
+// and sees none undone and redone, which it would report as loss.
+//
+// Streams without the Lookup mark (Envoy, proxyless gRPC) are not gated:
+// any node serves them from its replicated state, leader or not, and an
+// Envoy or a grpc-go client keeps its configuration current through any
+// manager it reaches (grpc-go changes servers only while it lacks
+// resources).
 //
 // # Envoy and proxyless gRPC
 //

@@ -65,7 +65,8 @@ type LeaseTableConfig struct {
 	// Gate, when set, is called with the stream's context as each xDS
 	// stream opens. An error refuses the stream and is what the client
 	// receives, so it should be a gRPC status error (the manager's
-	// CheckLeader also sets the "fuge-leader" trailer). Nil admits every
+	// CheckLookup, which admits the leader and standbys in contact with
+	// it, sets the "fuge-leader" trailer when it refuses). Nil admits every
 	// stream. Streams already open are not gated again.
 	Gate func(ctx context.Context) error
 }
@@ -398,6 +399,21 @@ func (t *LeaseTable) Heartbeat(ns string) {
 		return
 	}
 	sp.caches[HeartbeatTypeURL].update(v, map[string]*resource{name: r}, nil)
+}
+
+// Namespaces lists the namespaces with a view, sorted: what a standby
+// heartbeats (manager.Server.RunStandbyHeartbeats).
+func (t *LeaseTable) Namespaces() []string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var out []string
+	for ns, sp := range t.spaces {
+		if sp.live {
+			out = append(out, ns)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Stats returns the table's counters.

@@ -82,13 +82,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.Clock = clientshell.NewRateClock(c.ClockRate)
 		log.Warn("the lease clock runs at a test rate", "rate", c.ClockRate)
 	}
-	// The lease table gates lookup streams on leadership, so it needs the
-	// server, which needs the table as its observer. The gate is only called
-	// from streams the server serves, after Start, when server is set.
+	// The lease table gates lookup streams (the leader, and standbys in
+	// contact with it, serve them), so it needs the server, which needs
+	// the table as its observer. The gate is only called from streams the
+	// server serves, after Start, when server is set.
 	var server *manager.Server
 	lt := xds.NewLeaseTable(xds.LeaseTableConfig{
 		Logger:        log.With("component", "xds"),
-		Gate:          func(ctx context.Context) error { return server.CheckLeader(ctx) },
+		Gate:          func(ctx context.Context) error { return server.CheckLookup(ctx) },
 		EnvoyListener: c.EnvoyListener,
 	})
 	cfg.Observer = lt // a manager.RingObserver: it also serves Envoy and gRPC
@@ -105,6 +106,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Error("start failed", "err", err)
 		return 1 // exiting releases whatever Start had opened
 	}
+	go server.RunStandbyHeartbeats(ctx, lt.Namespaces, lt.Heartbeat)
 	raftAddr, grpcAddr, httpAddr := server.Addrs()
 	fmt.Fprintf(stdout, "fuge-manager %s: raft %s, grpc %s, http %s\n", cfg.NodeID, raftAddr, grpcAddr, httpAddr)
 
