@@ -78,19 +78,26 @@
 //
 // # The network Lookup
 //
-// Lookup is the shell that fuge-proxy uses. It follows the leader over
+// Lookup is the shell that fuge-proxy uses. It follows a manager node over
 // delta ADS (AggregatedDiscoveryService.DeltaAggregatedResources), with two
 // wildcard subscriptions: ArcBlockTypeURL and HeartbeatTypeURL. The lease
 // table comes as api/wire.Blocks (64) fixed fuge.v1.ArcBlock resources: the
 // circle is cut by the top 6 bits of a position, and block b, named
 // api/wire.BlockName(namespace, b), holds the arcs whose end lies in it, in
 // ring order (none for an empty block), versioned by the LSN of its last
-// change. The heartbeat is one fuge.v1.Heartbeat the leader rewrites every
+// change. The heartbeat is one fuge.v1.Heartbeat the node rewrites every
 // heartbeat interval. The node names the namespace in node.cluster and
-// node.metadata["fuge.namespace"]. A standby refuses the stream with
-// FAILED_PRECONDITION and the leader's address in the "fuge-leader"
-// trailer; the Lookup goes there next, and otherwise tries the managers in
-// turn with a grpc-go style backoff.
+// node.metadata["fuge.namespace"]. The Lookup starts at a manager at
+// random (LookupConfig.InOrder: the first), so Lookups spread over the
+// cluster: the leader and every standby in contact with it serve them, a
+// standby heartbeating only while in contact. A standby out of contact
+// refuses the stream with FAILED_PRECONDITION and the leader's address in
+// the "fuge-leader" trailer; the Lookup goes there next, and otherwise
+// tries the managers in turn with a grpc-go style backoff. Every node
+// publishes the same views at the same LSNs; LookupStats.ServedLSN is the
+// LSN of the node's last ArcBlock response, and a node behind the blocks
+// a Lookup holds waits until it has caught up before answering, so moving
+// between nodes never takes a Lookup back in time.
 //
 // The Lookup keeps the blocks it holds with their versions, which are
 // opaque to it, and sends them as initial_resource_versions on every new
@@ -118,7 +125,7 @@
 // holds with D including that coalescing delay and one acknowledgement
 // round trip: a change committed just before a heartbeat may wait for the
 // Lookup's ACK of the previous ArcBlock response. The Lookup calls the Core's Tick at NextDeadline, connected or
-// not, so after StalenessBound without word from the leader it signals
+// not, so after StalenessBound without word from a manager it signals
 // loss on every range; the next table after reconnecting diffs against the
 // old one and signals what changed.
 //
