@@ -84,9 +84,10 @@
 //
 // A Lookup's stream (gRPC metadata wire.ClientKindKey = wire.ClientLookup)
 // is served by serveLookup rather than go-control-plane's delta handler:
-// one goroutine per stream, blocked in Recv, and a sender goroutine only
-// while responses are queued, where go-control-plane keeps two goroutines
-// per stream; and the versions a wildcard subscription holds once answered
+// one goroutine per stream, blocked in Recv, its responses sent by a pool
+// of eight workers (by a goroutine of its own only while its client has a
+// response unacknowledged, so that a slow client delays nobody), where
+// go-control-plane keeps two goroutines per stream; and the versions a wildcard subscription holds once answered
 // are the cache's own map of its current versions, shared by every Lookup
 // stream, where go-control-plane keeps a 64-entry copy per stream, replaced
 // on every push. Since Go's GC goal counts goroutine stacks, each idle

@@ -22,8 +22,9 @@ import (
 // 2,000 lookups that was 4,000 goroutines' stacks and 2,000 copies of the
 // same 64-entry map, which, since Go's GC goal counts stacks, weighed about
 // twice their size in RSS. Here a stream is one goroutine, blocked in
-// Recv; a response is sent by a goroutine that exists only while the
-// stream has responses queued; and the versions a wildcard subscription
+// Recv; responses are sent by a pool of a few workers, or by a goroutine
+// of the stream's own while the client has not read what it was sent (see
+// deliver); and the versions a wildcard subscription
 // holds after a response are the cache's own map of its current versions,
 // shared read-only by every such stream.
 //
@@ -53,15 +54,19 @@ func (s *lookupSub) IsWildcard() bool                         { return true }
 
 // lookupStream is the state of one Lookup stream.
 type lookupStream struct {
-	t     *LeaseTable
-	key   streamKey
-	s     discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
-	subs  map[string]*lookupSub // by type URL; read and written by serve
-	stops map[string]func()     // open watches' cancel functions, by type URL
+	t   *LeaseTable
+	key streamKey
+	s   discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
+	// By type (lookupType), read and written by serve: the subscriptions,
+	// and the open watches' cancel functions. Arrays, not maps: a manager
+	// holds thousands of these.
+	subs  [2]*lookupSub
+	stops [2]func()
 
 	mu      sync.Mutex
 	queue   []*deltaResponse
-	sending bool // a sender goroutine runs
+	sending bool // a sender runs: a pool worker or a goroutine of its own
+	unacked int  // responses sent that the client has not acknowledged yet
 	done    bool // serve returned: nothing more is sent
 	nonce   int64
 	err     error // the first send error
@@ -75,7 +80,7 @@ func (t *LeaseTable) serveLookup(s discovery.AggregatedDiscoveryService_DeltaAgg
 	defer cancel()
 	st := &lookupStream{
 		t: t, key: streamKey{delta: true, id: t.lookupIDs.next()}, s: s,
-		subs: map[string]*lookupSub{}, stops: map[string]func(){}, cancel: cancel,
+		cancel: cancel,
 	}
 	cb := callbacks{t}
 	if err := cb.open(ctx, st.key); err != nil {
@@ -98,12 +103,20 @@ func (t *LeaseTable) serveLookup(s discovery.AggregatedDiscoveryService_DeltaAgg
 		if e := st.sendErr(); e != nil {
 			return e
 		}
-		cb.request(st.key, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
-		if req.GetNode() != nil {
-			node = req.GetNode()
-		} else {
-			req.Node = node
+		if req.GetResponseNonce() != "" {
+			st.acked()
 		}
+		cb.request(st.key, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
+		if n := req.GetNode(); n != nil {
+			// Only what routing and logs read is kept: the node's
+			// metadata is a map the stream would otherwise hold.
+			ns, err := namespaceOf(n)
+			if err != nil {
+				return err
+			}
+			node = &core.Node{Id: n.GetId(), Cluster: ns}
+		}
+		req.Node = node
 		if err := st.onRequest(req); err != nil {
 			return err
 		}
@@ -124,18 +137,19 @@ func (st *lookupStream) onRequest(req *discovery.DeltaDiscoveryRequest) error {
 			return status.Errorf(codes.InvalidArgument, "xds: a Lookup stream subscribes by wildcard only, not to %q", name)
 		}
 	}
-	if stop := st.stops[typeURL]; stop != nil {
+	k := lookupType(typeURL)
+	if stop := st.stops[k]; stop != nil {
 		stop()
-		delete(st.stops, typeURL)
+		st.stops[k] = nil
 	}
-	sub := st.subs[typeURL]
+	sub := st.subs[k]
 	var atLeast uint64
 	if sub == nil {
 		sub = &lookupSub{returned: maps.Clone(req.GetInitialResourceVersions())}
 		if sub.returned == nil {
 			sub.returned = map[string]string{}
 		}
-		st.subs[typeURL] = sub
+		st.subs[k] = sub
 		if typeURL == ArcBlockTypeURL {
 			atLeast = newestBlock(sub.returned)
 		}
@@ -151,13 +165,22 @@ func (st *lookupStream) onRequest(req *discovery.DeltaDiscoveryRequest) error {
 		return err
 	}
 	if stop != nil {
-		st.stops[typeURL] = stop
+		st.stops[k] = stop
 	}
 	return nil
 }
 
 // deliver queues a response and starts a sender if none runs. It is
 // called with the cache's lock held, so it only queues.
+//
+// A stream that owes the client nothing (every response acknowledged, so
+// every byte sent has been read and its flow-control window is open) has
+// its responses sent by the table's pool of a few workers, since its sends
+// cannot block: a heartbeat or a table change goes to 2,000 streams at
+// once, and a goroutine each would take 2,000 stacks, grown deep by the
+// send, all at the same moment. A stream with a response outstanding may
+// block its sender until the client reads, so it gets a goroutine of its
+// own, and a slow client holds up nobody else.
 func (st *lookupStream) deliver(r *deltaResponse) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -165,15 +188,29 @@ func (st *lookupStream) deliver(r *deltaResponse) {
 		return
 	}
 	st.queue = append(st.queue, r)
-	if !st.sending {
-		st.sending = true
-		st.senders.Add(1)
-		go st.send()
+	if st.sending {
+		return
+	}
+	st.sending = true
+	st.senders.Add(1)
+	if st.unacked == 0 {
+		st.t.senders.submit(st)
+	} else {
+		go st.drain(false)
 	}
 }
 
-// send sends the queued responses in order, then exits.
-func (st *lookupStream) send() {
+// acked records the client's acknowledgement (or NACK) of a response.
+func (st *lookupStream) acked() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.unacked = max(st.unacked-1, 0)
+}
+
+// drain sends the queued responses in order, then returns. A pool worker
+// (pooled) hands the stream to a goroutine of its own as soon as a send
+// could block: when a response is outstanding.
+func (st *lookupStream) drain(pooled bool) {
 	defer st.senders.Done()
 	for {
 		st.mu.Lock()
@@ -183,10 +220,17 @@ func (st *lookupStream) send() {
 			st.mu.Unlock()
 			return
 		}
+		if pooled && st.unacked > 0 {
+			st.senders.Add(1)
+			go st.drain(false)
+			st.mu.Unlock()
+			return
+		}
 		r := st.queue[0]
 		st.queue[0] = nil
 		st.queue = st.queue[1:]
 		st.nonce++
+		st.unacked++
 		r.resp.Nonce = strconv.FormatInt(st.nonce, 10)
 		st.mu.Unlock()
 		st.t.pushes.Add(1)
@@ -196,6 +240,44 @@ func (st *lookupStream) send() {
 			st.mu.Unlock()
 			st.cancel()
 		}
+	}
+}
+
+// sendPool sends for Lookup streams that owe their client nothing (see
+// deliver): up to sendWorkers goroutines, which exist while streams wait.
+type sendPool struct {
+	mu      sync.Mutex
+	ready   []*lookupStream
+	workers int
+}
+
+// sendWorkers bounds the pool's goroutines.
+const sendWorkers = 8
+
+func (p *sendPool) submit(st *lookupStream) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ready = append(p.ready, st)
+	if p.workers < sendWorkers {
+		p.workers++
+		go p.work()
+	}
+}
+
+func (p *sendPool) work() {
+	for {
+		p.mu.Lock()
+		if len(p.ready) == 0 {
+			p.workers--
+			p.ready = nil
+			p.mu.Unlock()
+			return
+		}
+		st := p.ready[0]
+		p.ready[0] = nil
+		p.ready = p.ready[1:]
+		p.mu.Unlock()
+		st.drain(true)
 	}
 }
 
@@ -209,7 +291,9 @@ func (st *lookupStream) sendErr() error {
 // not allow a send once the handler has returned.
 func (st *lookupStream) finish() {
 	for _, stop := range st.stops {
-		stop()
+		if stop != nil {
+			stop()
+		}
 	}
 	st.mu.Lock()
 	st.done = true
@@ -232,4 +316,13 @@ func newestBlock(versions map[string]string) uint64 {
 		}
 	}
 	return newest
+}
+
+// lookupType indexes a Lookup stream's per-type state: 0 for ArcBlocks, 1
+// for Heartbeats (the only types onRequest admits).
+func lookupType(typeURL string) int {
+	if typeURL == HeartbeatTypeURL {
+		return 1
+	}
+	return 0
 }

@@ -488,3 +488,22 @@ func TestLookupCatchesUp(t *testing.T) {
 		t.Fatalf("after MaxCatchUp: %s at %q, want ArcBlocks at 5", r.GetTypeUrl(), r.GetSystemVersionInfo())
 	}
 }
+
+// TestLookupStreamUnacknowledged checks that a Lookup stream whose client
+// has not acknowledged a response is still sent what it subscribes to (by
+// a sender of its own, not the pool's workers, whose sends must not
+// block).
+func TestLookupStreamUnacknowledged(t *testing.T) {
+	ctx := testContext(t)
+	lt, conn := newTestServer(t, LeaseTableConfig{})
+	lt.NamespaceView("ns", fourArcs(), 1)
+	lt.Heartbeat("ns")
+	c := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
+	if r := c.recvRaw(); r.GetTypeUrl() != ArcBlockTypeURL { // not acknowledged
+		t.Fatalf("first response %s", r.GetTypeUrl())
+	}
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: HeartbeatTypeURL})
+	if r := c.recvRaw(); r.GetTypeUrl() != HeartbeatTypeURL || len(r.GetResources()) != 1 {
+		t.Fatalf("heartbeat response: %s with %d resources", r.GetTypeUrl(), len(r.GetResources()))
+	}
+}

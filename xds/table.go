@@ -101,6 +101,7 @@ type LeaseTable struct {
 	spaces    map[string]*space
 	frames    frameIndex // the delta frames of every published resource, for Codec
 	lookupIDs lookupStreamIDs
+	senders   sendPool // sends for Lookup streams that owe their client nothing
 
 	smu     sync.Mutex
 	streams map[streamKey]struct{}
