@@ -28,12 +28,14 @@ var errWire = errors.New("malformed protobuf")
 // generated messages that was four allocations per arc. Owner names and
 // addresses repeat across arcs: intern gives each distinct one a single
 // string (nil: no interning).
-func decodeArcBlock(ns string, b []byte, intern map[string]string) (uint32, []lease.Entry, error) {
+func decodeArcBlock(ns string, b []byte, intern *interner) (uint32, []lease.Entry, error) {
 	var (
-		gotNS string
-		block uint32
-		arcs  [][]byte
+		gotNS   string
+		block   uint32
+		noRange = -1 // the first arc without a range
 	)
+	// About 60 bytes an arc: one allocation for most blocks.
+	out := make([]lease.Entry, 0, len(b)/48+1)
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -58,7 +60,15 @@ func decodeArcBlock(ns string, b []byte, intern map[string]string) (uint32, []le
 			if n < 0 {
 				return 0, nil, errWire
 			}
-			arcs, b = append(arcs, v), b[n:]
+			b = b[n:]
+			e, ok, err := decodeArc(v, intern)
+			if err != nil {
+				return 0, nil, err
+			}
+			if !ok && noRange < 0 {
+				noRange = len(out)
+			}
+			out = append(out, e)
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, b)
 			if n < 0 {
@@ -67,19 +77,8 @@ func decodeArcBlock(ns string, b []byte, intern map[string]string) (uint32, []le
 			b = b[n:]
 		}
 	}
-	out := make([]lease.Entry, len(arcs))
-	for i, a := range arcs {
-		e, ok, err := decodeArc(a, intern)
-		if err != nil {
-			return 0, nil, err
-		}
-		out[i] = e
-		if !ok {
-			// Checked once the whole message is parsed, as
-			// EntriesFromBlock does after proto.Unmarshal.
-			arcs[i] = nil
-		}
-	}
+	// Checked once the whole message is parsed, as EntriesFromBlock does
+	// after proto.Unmarshal: the block's number may follow its arcs.
 	if gotNS != ns {
 		return 0, nil, fmt.Errorf("%w: block of namespace %q, want %q", wire.ErrMalformed, gotNS, ns)
 	}
@@ -87,7 +86,7 @@ func decodeArcBlock(ns string, b []byte, intern map[string]string) (uint32, []le
 		return 0, nil, fmt.Errorf("%w: block %d of %d", wire.ErrMalformed, block, wire.Blocks)
 	}
 	for i, e := range out {
-		if arcs[i] == nil {
+		if i == noRange {
 			return 0, nil, fmt.Errorf("%w: missing range", wire.ErrMalformed)
 		}
 		if e.Owner != "" && e.Addr == "" {
@@ -101,7 +100,8 @@ func decodeArcBlock(ns string, b []byte, intern map[string]string) (uint32, []le
 }
 
 // decodeArc decodes a fuge.v1.Arc; ok is false when it has no range.
-func decodeArc(b []byte, intern map[string]string) (e lease.Entry, ok bool, err error) {
+func decodeArc(b []byte, intern *interner) (e lease.Entry, ok bool, err error) {
+	var owner, addr []byte
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -111,15 +111,19 @@ func decodeArc(b []byte, intern map[string]string) (e lease.Entry, ok bool, err 
 		switch {
 		case (num == arcNamespace || num == arcOwner || num == arcAddr) && typ == protowire.BytesType:
 			v, n := protowire.ConsumeBytes(b)
-			if n < 0 || !utf8.Valid(v) {
+			if n < 0 {
 				return e, false, errWire
 			}
 			b = b[n:]
 			switch num {
 			case arcOwner:
-				e.Owner = internString(intern, v)
+				owner = v
 			case arcAddr:
-				e.Addr = internString(intern, v)
+				addr = v
+			default:
+				if !utf8.Valid(v) {
+					return e, false, errWire
+				}
 			}
 		case num == arcRange && typ == protowire.BytesType:
 			v, n := protowire.ConsumeBytes(b)
@@ -145,6 +149,9 @@ func decodeArc(b []byte, intern map[string]string) (e lease.Entry, ok bool, err 
 			}
 			b = b[n:]
 		}
+	}
+	if e.Owner, e.Addr, err = intern.pair(owner, addr); err != nil {
+		return e, false, err
 	}
 	return e, ok, nil
 }
@@ -178,18 +185,46 @@ func decodeRange(b []byte, r ring.Range) (ring.Range, error) {
 	return r, nil
 }
 
-// internString returns v as a string, the same one for equal bytes.
-func internString(intern map[string]string, v []byte) string {
-	if len(v) == 0 {
-		return ""
+// interner gives the owner names and addresses of one response a single
+// string each. An owner's address is almost always the same from arc to
+// arc, so it is kept with the owner: one map look-up an arc, and each
+// distinct string is checked to be UTF-8 once (as proto3 requires).
+type interner struct {
+	m map[string]internedOwner
+}
+
+type internedOwner struct{ owner, addr string }
+
+func newInterner() *interner { return &interner{m: map[string]internedOwner{}} }
+
+// pair returns owner and addr as strings, the same ones for the same
+// bytes; an error if either is not UTF-8. A nil interner only converts.
+func (x *interner) pair(owner, addr []byte) (string, string, error) {
+	if x == nil {
+		if !utf8.Valid(owner) || !utf8.Valid(addr) {
+			return "", "", errWire
+		}
+		return string(owner), string(addr), nil
 	}
-	if intern == nil {
-		return string(v)
+	io, ok := x.m[string(owner)]
+	if !ok {
+		if !utf8.Valid(owner) {
+			return "", "", errWire
+		}
+		io.owner = string(owner)
+		if len(owner) == 0 {
+			io.owner = ""
+		}
 	}
-	if s, ok := intern[string(v)]; ok {
-		return s
+	if !ok || io.addr != string(addr) {
+		if !utf8.Valid(addr) {
+			return "", "", errWire
+		}
+		io.addr = string(addr)
+		if len(addr) == 0 {
+			io.addr = ""
+		}
+		x.m[io.owner] = io
 	}
-	s := string(v)
-	intern[s] = s
-	return s
+	return io.owner, io.addr, nil
 }

@@ -96,7 +96,7 @@ func TestDecodeArcBlockMatchesProto(t *testing.T) {
 func checkAgainstOracle(t *testing.T, i int, b []byte) {
 	t.Helper()
 	wb, want, werr := oracleBlock("ns", b)
-	gb, got, gerr := decodeArcBlock("ns", b, map[string]string{})
+	gb, got, gerr := decodeArcBlock("ns", b, newInterner())
 	if (werr == nil) != (gerr == nil) {
 		t.Fatalf("case %d (%x): error %v, the generated decoder's %v", i, b, gerr, werr)
 	}
@@ -134,7 +134,7 @@ func BenchmarkDecodeBlocks(b *testing.B) {
 	b.Run("protowire", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			intern := map[string]string{}
+			intern := newInterner()
 			for _, blk := range blocks {
 				if _, _, err := decodeArcBlock("ns", blk, intern); err != nil {
 					b.Fatal(err)

@@ -326,6 +326,14 @@ func (c *Core) Entries() []lease.Entry {
 	return out
 }
 
+// Len is the number of arcs of the table Entries returns.
+func (c *Core) Len() int {
+	if c.table == nil {
+		return 0
+	}
+	return c.table.Len()
+}
+
 // HaveTable reports whether a table was applied.
 func (c *Core) HaveTable() bool { return c.haveTable }
 

@@ -315,12 +315,20 @@ func (s *session) onBlocks(c *conn, resp *discovery.DeltaDiscoveryResponse) {
 		return
 	}
 	s.lsn++
+	snapshots := s.core.Stats().Snapshots
 	out := s.core.Step(lease.LookupResponse{
 		Namespace: s.cfg.Namespace, ManagerNonce: xdsManagerNonce, Snapshot: true, LSN: s.lsn, Entries: entries,
 	}, s.now())
 	c.synced, c.applied = true, true
 	s.attempt, s.redirectRun = 0, 0
-	s.l.publish(s.core.Entries(), s.core.Stats())
+	// The table the core holds, once it has taken the snapshot, is
+	// entries with adjacent arcs of equal owner, address and generation
+	// merged: when none were (as from a manager, whose views are merged
+	// already), entries is it, and a copy of 4,096 arcs is saved.
+	if s.core.Stats().Snapshots == snapshots || len(entries) < 2 || s.core.Len() != len(entries) {
+		entries = s.core.Entries()
+	}
+	s.l.publish(entries, s.core.Stats())
 	s.deliver(out)
 }
 

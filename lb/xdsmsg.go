@@ -78,7 +78,7 @@ func ack(resp *discovery.DeltaDiscoveryResponse, err error) *discovery.DeltaDisc
 // Removed names that are not block names of ns are ignored.
 func decodeBlocks(ns string, resp *discovery.DeltaDiscoveryResponse) (blockUpdate, error) {
 	u := blockUpdate{set: make(map[string]heldBlock, len(resp.GetResources()))}
-	intern := map[string]string{}
+	intern := newInterner()
 	for _, r := range resp.GetResources() {
 		body := r.GetResource()
 		if body == nil {
