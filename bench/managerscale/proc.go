@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,5 +108,46 @@ func saveProfiles(httpAddr, dir, phase string) {
 		if err != nil {
 			log.Printf("profiles: %v", err)
 		}
+	}
+}
+
+// cpuProfiles starts CPU profiles of this process (the clients) and of
+// the manager, and returns the function that stops them, saving
+// dir/<phase>.clients.cpu and dir/<phase>.manager.cpu. The manager's
+// profile runs for at most 30 s.
+func cpuProfiles(httpAddr, dir, phase string) (stop func()) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		log.Printf("profiles: %v", err)
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, phase+".clients.cpu"))
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		log.Printf("profiles: %v", err)
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := http.Get("http://" + httpAddr + "/debug/pprof/profile?seconds=30")
+		if err != nil {
+			log.Printf("profiles: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, phase+".manager.cpu"), b, 0o644)
+		}
+		if err != nil {
+			log.Printf("profiles: %v", err)
+		}
+	}()
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		<-done
 	}
 }
