@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -17,7 +16,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fuge-project/fuge/examples/presence"
-	"github.com/fuge-project/fuge/internal/clientshell"
 	"github.com/fuge-project/fuge/ownerguard"
 	"github.com/fuge-project/fuge/ring"
 )
@@ -118,7 +116,7 @@ func runPresence(args []string) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: recordHistory(f, guard, srv), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: presence.RecordHistory(f, guard, srv), ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() { <-ctx.Done(); hs.Close() }()
@@ -126,37 +124,4 @@ func runPresence(args []string) error {
 		return err
 	}
 	return nil
-}
-
-// recordHistory is presence-server's --history (history.go there): one
-// line per answered request, "<CLOCK_MONOTONIC ns> <device> <generation>
-// <status>", the time read inside the handler, one write(2) per line.
-func recordHistory(w io.Writer, guard *ownerguard.Guard, srv http.Handler) http.Handler {
-	inner := guard.HTTP(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		if at, ok := r.Context().Value(servedAt{}).(*int64); ok {
-			*at = clientshell.SystemMonotonic()
-		}
-		srv.ServeHTTP(rw, r)
-	}))
-	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var at int64
-		sw := &statusWriter{ResponseWriter: rw, status: http.StatusOK}
-		inner.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), servedAt{}, &at)))
-		if at == 0 || (sw.status >= 300 && sw.status != http.StatusNotFound) {
-			return
-		}
-		fmt.Fprintf(w, "%d %s %s %d\n", at, strings.TrimPrefix(r.URL.Path, "/devices/"), sw.Header().Get(ownerguard.GenerationHeader), sw.status)
-	})
-}
-
-type servedAt struct{}
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusWriter) WriteHeader(code int) {
-	s.status = code
-	s.ResponseWriter.WriteHeader(code)
 }

@@ -135,7 +135,7 @@ func serve(ctx context.Context, log *slog.Logger, name, listen string, managers 
 			return err
 		}
 		defer f.Close()
-		h = recordHistory(f, guard, srv)
+		h = presence.RecordHistory(f, guard, srv)
 	} else {
 		h = guard.HTTP(srv)
 	}

@@ -1,4 +1,4 @@
-package main
+package presence
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/fuge-project/fuge/ownerguard"
 )
 
-// recordHistory serves srv behind guard and appends one line per answered
+// RecordHistory serves srv behind guard and appends one line per answered
 // request to w, for the fault harness's checkers:
 //
 //	<ns> <device id> <generation> <status>
@@ -21,7 +21,7 @@ import (
 // that instant. Only requests the guard let through and answered 2xx or 404
 // are written; a refused one was not served. Each line is one write(2), so
 // a kill -9 loses at most the requests in flight.
-func recordHistory(w io.Writer, guard *ownerguard.Guard, srv http.Handler) http.Handler {
+func RecordHistory(w io.Writer, guard *ownerguard.Guard, srv http.Handler) http.Handler {
 	inner := guard.HTTP(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if at, ok := r.Context().Value(servedAt{}).(*int64); ok {
 			*at = clientshell.SystemMonotonic()
