@@ -44,6 +44,11 @@ const (
 	// OwnerHeader, on a response, is GuardConfig.Name of the server that
 	// answered (gRPC: "fuge-owner" header metadata).
 	OwnerHeader = "Fuge-Owner"
+	// LostHeader, with value "1", marks the 503 a guard answers in place of
+	// a response computed while the key's lease was lost: nothing of the
+	// handler's answer went out, so a router may retry an idempotent
+	// request elsewhere.
+	LostHeader = "Fuge-Lost"
 	// MisdirectedTrailer is the gRPC trailer, with value "1", on an RPC a
 	// guard refused because the key is not held here (see IsMisdirected).
 	MisdirectedTrailer = "fuge-misdirected"

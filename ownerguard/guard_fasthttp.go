@@ -9,7 +9,7 @@ import (
 
 // fastHeaders are the fasthttp forms of the guard's header keys and values.
 type fastHeaders struct {
-	gen, owner, retry, nosniffKey, nosniff, textPlain, cookie []byte
+	gen, owner, retry, lost, one, nosniffKey, nosniff, textPlain, cookie []byte
 }
 
 func newFastHeaders() fastHeaders {
@@ -17,6 +17,8 @@ func newFastHeaders() fastHeaders {
 		gen:        []byte(GenerationHeader),
 		owner:      []byte(OwnerHeader),
 		retry:      []byte("Retry-After"),
+		lost:       []byte(LostHeader),
+		one:        []byte("1"),
 		nosniffKey: []byte("X-Content-Type-Options"),
 		nosniff:    []byte("nosniff"),
 		textPlain:  []byte("text/plain; charset=utf-8"),
@@ -161,5 +163,6 @@ func (g *Guard) replaceFast(ctx *fasthttp.RequestCtx) {
 	ctx.Hijack(nil)
 	ctx.Response.Reset()
 	ctx.Response.Header.SetCanonical(g.fast.retry, g.retryBytes)
+	ctx.Response.Header.SetCanonical(g.fast.lost, g.fast.one)
 	g.refuseFast(ctx, fasthttp.StatusServiceUnavailable, g.bodyLost, nil)
 }

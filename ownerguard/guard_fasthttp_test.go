@@ -74,8 +74,8 @@ func TestFastHTTPLostCancelsHijack(t *testing.T) {
 		}
 		return resp
 	}
-	if resp := get("/lose", heldKey); resp.StatusCode != http.StatusServiceUnavailable {
-		t.Errorf("lost: status %d, want 503", resp.StatusCode)
+	if resp := get("/lose", heldKey); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(ownerguard.LostHeader) != "1" {
+		t.Errorf("lost: status %d %s %q, want 503 and %s: 1", resp.StatusCode, ownerguard.LostHeader, resp.Header.Get(ownerguard.LostHeader), ownerguard.LostHeader)
 	}
 	// Had the hijack happened, this request would go to the hijack
 	// handler and get no HTTP answer.

@@ -269,8 +269,12 @@ func (w *httpWriter) replace() {
 	}
 	delete(hdr, "Content-Length")
 	hdr["Retry-After"] = w.g.retryVals
+	hdr[LostHeader] = lostVals
 	w.g.refuseHTTP(w.w, http.StatusServiceUnavailable, w.g.bodyLost, nil)
 }
+
+// lostVals is LostHeader's value, shared by every response (never modified).
+var lostVals = []string{"1"}
 
 // Header returns the real ResponseWriter's header map.
 func (w *httpWriter) Header() http.Header { return w.w.Header() }

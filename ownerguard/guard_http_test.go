@@ -62,6 +62,7 @@ func TestHTTPLostReplacesResponse(t *testing.T) {
 		t.Fatalf("got %d %q, want 503 and the guard's body", resp.StatusCode, body)
 	}
 	for k, want := range map[string]string{
+		ownerguard.LostHeader:       "1",
 		"X-Outer":                   "kept",
 		"Set-Cookie":                "",
 		"Content-Type":              "text/plain; charset=utf-8",

@@ -46,6 +46,11 @@ const (
 // is newer than the one it holds.
 const GenerationHeader = "Fuge-Generation"
 
+// LostHeader marks an owner's 503 given in place of an answer computed
+// while its lease was lost (ownerguard.LostHeader): the proxy retries an
+// idempotent request elsewhere, and passes the 503 on for any other.
+const LostHeader = "Fuge-Lost"
+
 // Balance names how the proxy picks an owner.
 type Balance string
 

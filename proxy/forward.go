@@ -30,6 +30,7 @@ const (
 	misrouted                // 421: the owner does not hold the key
 	refused                  // not sent: connection refused or failed, no free connection
 	failed                   // failed after the request may have been sent
+	lost                     // the owner lost the key while handling it (503, LostHeader)
 )
 
 // handle proxies one request.
@@ -95,7 +96,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 				p.c.retries.Add(1)
 			}
 			switch last = p.attempt(ctx, pick, s, attemptDeadline); {
-			case last == answered:
+			case last == answered, last == lost && !idempotent:
 				// The server closes the client's connection if the client
 				// asked to; the owner's Connection header is not the client's.
 				stripResponse(&ctx.Response.Header, s)
@@ -145,6 +146,9 @@ func (p *Proxy) attempt(ctx *fasthttp.RequestCtx, pick lb.Pick, s *scratch, dead
 	case err == nil && ctx.Response.StatusCode() == fasthttp.StatusMisdirectedRequest:
 		p.c.misroutes.Add(1)
 		return misrouted
+	case err == nil && ctx.Response.StatusCode() == fasthttp.StatusServiceUnavailable && len(ctx.Response.Header.Peek(LostHeader)) > 0:
+		p.c.misroutes.Add(1)
+		return lost
 	case err == nil:
 		return answered
 	case notSent(err):

@@ -496,3 +496,37 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("per-IP default under MaxConns 100: %d, want 50", c.MaxConnsPerIP)
 	}
 }
+
+// TestLostDuringRequest: an owner's guard answers 503 with Fuge-Lost when
+// it lost the key while handling the request (a clean leave under load).
+// The proxy retries a GET on the key's new owner and passes the 503 on for
+// a POST, which the owner may have run.
+func TestLostDuringRequest(t *testing.T) {
+	for _, c := range []struct{ method, want string }{{"GET", "200 good"}, {"POST", "503 lost"}} {
+		t.Run(c.method, func(t *testing.T) {
+			leaving := startOwner(t, "leaving", func(ctx *fasthttp.RequestCtx) {
+				ctx.Response.Header.Set("Retry-After", "1")
+				ctx.Response.Header.Set(LostHeader, "1")
+				ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+				ctx.SetBodyString("lost")
+			})
+			good := startOwner(t, "good", nil)
+			bal := newFakeBalancer(to(leaving.addr, 1), leaving.addr)
+			p := startProxy(t, func(cfg *Config) {
+				cfg.Balancer = bal
+				cfg.BackoffBase = time.Hour
+				cfg.RetryBudget = 2 * time.Hour
+			})
+			done := make(chan string, 1)
+			go func() {
+				resp, body := do(t, newClient(t), c.method, "http://"+p.Addr().String()+"/", "x", DefaultHeader, "k")
+				done <- fmt.Sprint(resp.StatusCode, " ", body)
+			}()
+			fugetest.Eventually(t, "the lost answer", func() bool { return leaving.hits.Load() > 0 })
+			bal.set(to(good.addr, 2), good.addr)
+			if got := recv(t, "the response", done); got != c.want {
+				t.Fatalf("%s: got %q, want %q", c.method, got, c.want)
+			}
+		})
+	}
+}
