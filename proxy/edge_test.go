@@ -290,9 +290,9 @@ func TestBlackHoleOwner(t *testing.T) {
 	}
 	fugetest.Eventually(t, "the black hole's pool to fill", func() bool {
 		o := p.owners.get(hole)
-		o.conns.mu.Lock()
-		defer o.conns.mu.Unlock()
-		return len(o.conns.m) == perOwner
+		o.pool.mu.Lock()
+		defer o.pool.mu.Unlock()
+		return len(o.pool.all) == perOwner
 	})
 	for i := range 20 {
 		if resp, body := do(t, c, "GET", url, "", DefaultHeader, keyFor(1)); resp.StatusCode != 200 || body != "b" {

@@ -35,11 +35,12 @@ const (
 
 // handle proxies one request.
 func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
-	p.serve(ctx)
-	p.c.status(ctx.Response.StatusCode())
+	c := p.c.shard(ctx.ConnID())
+	p.serve(ctx, c)
+	c.status(ctx.Response.StatusCode())
 }
 
-func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
+func (p *Proxy) serve(ctx *fasthttp.RequestCtx, c *counterShard) {
 	req := &ctx.Request
 	// fasthttp lets Transfer-Encoding override Content-Length and keeps the
 	// connection; a front end that framed the body by Content-Length would
@@ -93,9 +94,9 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	for attempt := 0; ; attempt++ {
 		if ok {
 			if attempt > 0 {
-				p.c.retries.Add(1)
+				c.retries.Add(1)
 			}
-			switch last = p.attempt(ctx, pick, s, attemptDeadline); {
+			switch last = p.attempt(ctx, c, pick, s, attemptDeadline); {
 			case last == answered, last == lost && !idempotent:
 				// The server closes the client's connection if the client
 				// asked to; the owner's Connection header is not the client's.
@@ -110,7 +111,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 		// for the next change or the backoff, whichever comes first.
 		left := time.Until(deadline)
 		if left <= 0 {
-			p.giveUp(ctx, last)
+			p.giveUp(ctx, c, last)
 			return
 		}
 		upd := bal.Updated()
@@ -121,7 +122,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 				backoff *= 2
 			}
 			if time.Until(deadline) <= 0 {
-				p.giveUp(ctx, last)
+				p.giveUp(ctx, c, last)
 				return
 			}
 			next, nok = bal.Pick(hash)
@@ -131,31 +132,46 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 }
 
 // attempt sends the request to pick's owner once. Writing the request and
-// reading the answer take UpstreamTimeout each at most, and the whole
-// attempt, waiting for a free connection included, ends by deadline.
-func (p *Proxy) attempt(ctx *fasthttp.RequestCtx, pick lb.Pick, s *scratch, deadline time.Time) outcome {
-	p.c.attempts.Add(1)
+// reading the answer take UpstreamTimeout at most, and the whole attempt,
+// waiting for a free connection included, ends by deadline.
+func (p *Proxy) attempt(ctx *fasthttp.RequestCtx, c *counterShard, pick lb.Pick, s *scratch, deadline time.Time) outcome {
+	c.attempts.Add(1)
 	o := p.owners.get(pick.Addr)
 	if pick.Gen != 0 {
 		setGeneration(&ctx.Request, uint64(pick.Gen), s)
 	}
-	start := time.Now()
-	err := o.hc.DoDeadline(&ctx.Request, &ctx.Response, deadline)
-	o.latency.Observe(time.Since(start).Seconds())
+	conn, err := o.pool.get(deadline)
+	if err != nil {
+		c.refused.Add(1)
+		return refused
+	}
+	start := conn.wrote.Load()
+	resp := &ctx.Response
+	resp.Reset()
+	keep, err := conn.roundTrip(&ctx.Request, resp, p.cfg.UpstreamTimeout, p.cfg.UpstreamTimeout/8, deadline)
+	end := conn.readTime.Load()
+	if err != nil {
+		end = int64(time.Since(epoch))
+	}
+	conn.lat.observe(time.Duration(end - start))
+	isLost := conn.head.lost
+	if keep {
+		o.pool.put(conn)
+	} else {
+		o.pool.discard(conn)
+	}
 	switch {
-	case err == nil && ctx.Response.StatusCode() == fasthttp.StatusMisdirectedRequest:
-		p.c.misroutes.Add(1)
+	case err == nil && resp.StatusCode() == fasthttp.StatusMisdirectedRequest:
+		c.misroutes.Add(1)
 		return misrouted
-	case err == nil && ctx.Response.StatusCode() == fasthttp.StatusServiceUnavailable && len(ctx.Response.Header.Peek(LostHeader)) > 0:
-		p.c.misroutes.Add(1)
+	case err == nil && resp.StatusCode() == fasthttp.StatusServiceUnavailable && isLost:
+		c.misroutes.Add(1)
 		return lost
 	case err == nil:
 		return answered
-	case notSent(err):
-		p.c.refused.Add(1)
-		return refused
 	default:
-		p.c.upstreamErrors.Add(1)
+		resp.Reset()
+		c.upstreamErrors.Add(1)
 		p.log.Debug("upstream error", "owner", pick.Addr, "err", err)
 		return failed
 	}
@@ -163,8 +179,8 @@ func (p *Proxy) attempt(ctx *fasthttp.RequestCtx, pick lb.Pick, s *scratch, dead
 
 // giveUp answers a request whose retry budget ran out: 503 when no owner
 // took it, 502 when the last attempt failed after sending.
-func (p *Proxy) giveUp(ctx *fasthttp.RequestCtx, last outcome) {
-	p.c.giveUps.Add(1)
+func (p *Proxy) giveUp(ctx *fasthttp.RequestCtx, c *counterShard, last outcome) {
+	c.giveUps.Add(1)
 	if last == failed {
 		p.fail(ctx, fasthttp.StatusBadGateway, msgBadGateway)
 		return
@@ -204,7 +220,7 @@ func (p *Proxy) handleError(ctx *fasthttp.RequestCtx, err error) {
 	default:
 		ctx.Error("fuge-proxy: malformed request\n", fasthttp.StatusBadRequest)
 	}
-	p.c.status(ctx.Response.StatusCode())
+	p.c.shard(ctx.ConnID()).status(ctx.Response.StatusCode())
 }
 
 // framingConflict reports whether a raw request header block has both a

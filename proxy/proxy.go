@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc"
@@ -85,15 +86,15 @@ func New(cfg Config) (*Proxy, error) {
 		p.fallback = nil
 	}
 
-	p.m = newMetrics(&p.c, p.Healthy, func() int { return p.owners.len() })
-	p.owners = newOwners(
-		func(addr string) *owner {
-			o := &owner{addr: addr, latency: p.m.latency.WithLabelValues(addr)}
-			o.hc = p.newHostClient(addr, &o.conns)
-			return o
-		},
-		func(o *owner) { p.m.latency.DeleteLabelValues(o.addr) },
-	)
+	dial := cfg.Dial
+	if dial == nil {
+		d := &net.Dialer{Timeout: cfg.DialTimeout}
+		dial = func(addr string) (net.Conn, error) { return d.Dial("tcp", addr) }
+	}
+	p.owners = newOwners(func(addr string) *owner {
+		return &owner{addr: addr, pool: newPool(addr, dial, cfg.BackendTLS, cfg.DialTimeout, cfg.MaxConnsPerOwner)}
+	})
+	p.m = newMetrics(&p.c, p.Healthy, p.owners.len, p.owners.latency)
 	p.server = &fasthttp.Server{
 		Handler:                      p.handle,
 		ErrorHandler:                 p.handleError,
@@ -251,14 +252,14 @@ func (p *Proxy) AdminHandler() http.Handler {
 func (p *Proxy) Stats() Stats {
 	var s Stats
 	for k := range s.Responses {
-		s.Responses[k] = p.c.responses[k].Load()
+		s.Responses[k] = p.c.sum(func(c *counterShard) *atomic.Uint64 { return &c.responses[k] })
 	}
-	s.Attempts = p.c.attempts.Load()
-	s.Retries = p.c.retries.Load()
-	s.Misroutes = p.c.misroutes.Load()
-	s.Refused = p.c.refused.Load()
-	s.UpstreamErrors = p.c.upstreamErrors.Load()
-	s.GiveUps = p.c.giveUps.Load()
+	s.Attempts = p.c.sum(func(c *counterShard) *atomic.Uint64 { return &c.attempts })
+	s.Retries = p.c.sum(func(c *counterShard) *atomic.Uint64 { return &c.retries })
+	s.Misroutes = p.c.sum(func(c *counterShard) *atomic.Uint64 { return &c.misroutes })
+	s.Refused = p.c.sum(func(c *counterShard) *atomic.Uint64 { return &c.refused })
+	s.UpstreamErrors = p.c.sum(func(c *counterShard) *atomic.Uint64 { return &c.upstreamErrors })
+	s.GiveUps = p.c.sum(func(c *counterShard) *atomic.Uint64 { return &c.giveUps })
 	s.Owners = p.owners.len()
 	s.RefusedConns = p.c.refusedConns.Load()
 	return s

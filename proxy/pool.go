@@ -1,0 +1,244 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ownerIdleTimeout closes a pooled connection unused for this long when the
+// pool next hands one out, before the owner's own idle timeout (fasthttp's
+// servers default to 10 s of MaxIdleConnDuration on the client side) is
+// likely to close it under a request.
+const ownerIdleTimeout = 10 * time.Second
+
+// connPool is the proxy's connections to one owner: at most max open, the
+// idle ones in a stack (the most recently used first, so that a quiet pool
+// keeps few connections warm), requests beyond max waiting for one.
+type connPool struct {
+	dial func() (net.Conn, error)
+	max  int
+
+	mu      sync.Mutex
+	idle    []*upConn
+	open    int                  // connections open or being dialled
+	waiters []chan *upConn       // requests waiting for a connection; nil hands over a slot to dial
+	all     map[*upConn]struct{} // every open connection, for abandonWaiting and the histogram
+	closed  latencyCounts        // the histogram counts of closed connections
+	gone    bool                 // closeIdle ran: connections put back are closed
+}
+
+// newPool returns the pool to addr. With tlsConf, the handshake is part of
+// the dial: a failed one is a dialError like a refused connection (nothing
+// was sent, so even a POST may go elsewhere), and a black hole that accepts
+// TCP and never answers the handshake is given up after dialTimeout.
+func newPool(addr string, dial func(string) (net.Conn, error), tlsConf *tls.Config, dialTimeout time.Duration, max int) *connPool {
+	if tlsConf != nil {
+		tlsConf = tlsConf.Clone()
+		if tlsConf.ServerName == "" {
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				tlsConf.ServerName = host
+			}
+		}
+		if len(tlsConf.NextProtos) == 0 {
+			tlsConf.NextProtos = []string{"http/1.1"}
+		}
+	}
+	return &connPool{
+		max: max,
+		all: map[*upConn]struct{}{},
+		dial: func() (net.Conn, error) {
+			start := time.Now()
+			c, err := dial(addr)
+			if err != nil {
+				return nil, &dialError{err}
+			}
+			if tlsConf == nil {
+				return c, nil
+			}
+			tc := tls.Client(c, tlsConf)
+			tc.SetDeadline(start.Add(dialTimeout))
+			if err := tc.Handshake(); err != nil {
+				c.Close()
+				return nil, &dialError{fmt.Errorf("TLS handshake: %w", err)}
+			}
+			tc.SetDeadline(time.Time{})
+			return tc, nil
+		},
+	}
+}
+
+// get returns an idle connection, a new one, or, when max are open, the
+// first one put back before deadline.
+func (p *connPool) get(deadline time.Time) (*upConn, error) {
+	now := int64(time.Since(epoch))
+	p.mu.Lock()
+	for len(p.idle) > 0 {
+		// The oldest idle connection goes first if it has idled too long.
+		if c := p.idle[0]; now-c.idleAt > int64(ownerIdleTimeout) {
+			p.idle = p.idle[:copy(p.idle, p.idle[1:])]
+			p.open--
+			p.mu.Unlock()
+			c.close()
+			p.mu.Lock()
+			continue
+		}
+		c := p.idle[len(p.idle)-1]
+		p.idle[len(p.idle)-1] = nil
+		p.idle = p.idle[:len(p.idle)-1]
+		p.mu.Unlock()
+		return c, nil
+	}
+	if p.open < p.max {
+		p.open++
+		p.mu.Unlock()
+		return p.connect()
+	}
+	ch := make(chan *upConn, 1)
+	p.waiters = append(p.waiters, ch)
+	p.mu.Unlock()
+
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case c := <-ch:
+		if c == nil {
+			return p.connect()
+		}
+		return c, nil
+	case <-t.C:
+	}
+	p.mu.Lock()
+	for i, w := range p.waiters {
+		if w == ch {
+			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+			p.mu.Unlock()
+			return nil, errNoFreeConns
+		}
+	}
+	p.mu.Unlock()
+	// Handed one just as the timer fired: give it back.
+	if c := <-ch; c != nil {
+		p.put(c)
+	} else {
+		p.release()
+	}
+	return nil, errNoFreeConns
+}
+
+// connect dials a connection for a slot already counted in open.
+func (p *connPool) connect() (*upConn, error) {
+	nc, err := p.dial()
+	if err != nil {
+		p.release()
+		return nil, err
+	}
+	c := newUpConn(nc, p)
+	p.mu.Lock()
+	p.all[c] = struct{}{}
+	p.mu.Unlock()
+	return c, nil
+}
+
+// put hands c, after a complete answer, to a waiting request or back to
+// the idle stack.
+func (p *connPool) put(c *upConn) {
+	c.idleAt = int64(time.Since(epoch))
+	p.mu.Lock()
+	if len(p.waiters) > 0 {
+		w := p.waiters[0]
+		p.waiters = p.waiters[:copy(p.waiters, p.waiters[1:])]
+		p.mu.Unlock()
+		w <- c
+		return
+	}
+	if p.gone {
+		p.open--
+		p.mu.Unlock()
+		c.close()
+		return
+	}
+	p.idle = append(p.idle, c)
+	p.mu.Unlock()
+}
+
+// discard closes c, which is not in the idle stack, and frees its slot.
+func (p *connPool) discard(c *upConn) {
+	c.close()
+	p.release()
+}
+
+// release frees a slot: a waiting request may dial in it.
+func (p *connPool) release() {
+	p.mu.Lock()
+	if len(p.waiters) > 0 {
+		w := p.waiters[0]
+		p.waiters = p.waiters[:copy(p.waiters, p.waiters[1:])]
+		p.mu.Unlock()
+		w <- nil
+		return
+	}
+	p.open--
+	p.mu.Unlock()
+}
+
+// forget takes a closed connection out of the set, keeping its histogram
+// counts.
+func (p *connPool) forget(c *upConn) {
+	p.mu.Lock()
+	if _, ok := p.all[c]; ok {
+		delete(p.all, c)
+		p.closed.addFrom(&c.lat)
+	}
+	p.mu.Unlock()
+}
+
+// closeIdle closes the idle connections, and those put back from now on:
+// the owner left the table, or the proxy is shutting down.
+func (p *connPool) closeIdle() {
+	p.mu.Lock()
+	p.gone = true
+	idle := p.idle
+	p.idle = nil
+	p.open -= len(idle)
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.close()
+	}
+}
+
+// closeWaiting closes the connections whose request has waited at least
+// grace for an answer: the attempt fails at once (and is retried if
+// idempotent). It counts each in n before closing it, so that whoever sees
+// the retried answer sees the count, and returns how many remain open.
+func (p *connPool) closeWaiting(grace time.Duration, n *atomic.Uint64) (open int) {
+	p.mu.Lock()
+	var cs []*upConn
+	for c := range p.all {
+		if c.waiting(grace) {
+			cs = append(cs, c)
+		}
+	}
+	open = len(p.all) - len(cs)
+	p.mu.Unlock()
+	for _, c := range cs {
+		n.Add(1)
+		c.close() // the request's goroutine sees the error and discards it
+	}
+	return open
+}
+
+// latency sums the histogram counts of every connection, open or closed.
+func (p *connPool) latency() *latencyCounts {
+	sum := new(latencyCounts)
+	p.mu.Lock()
+	sum.addFrom(&p.closed)
+	for c := range p.all {
+		sum.addFrom(&c.lat)
+	}
+	p.mu.Unlock()
+	return sum
+}

@@ -1,0 +1,407 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The proxy's client side: a pool of keep-alive connections per owner, and
+// HTTP/1.1 framing of its own (framing.go) instead of fasthttp's client.
+//
+// Why not fasthttp.HostClient: on the benchmark's layout (one proxy core,
+// 64 connections, 64-byte answers) four fifths of the proxy's CPU is
+// system calls, and fasthttp's client makes one more than it needs per
+// request: having written the request it reads at once, which cannot
+// succeed yet (the owner has not answered), so the read fails with EAGAIN
+// and the goroutine parks. Here the request is written from inside
+// RawConn.Read's wait loop, after the poller's readiness was reset, so the
+// first read comes once the answer is there: a request costs one write and
+// one read to the owner, as in HAProxy. The request head is serialized
+// once from the client's parsed header, the answer's head is parsed once
+// into the client's response, and the read deadline is only moved when it
+// drifted by more than an eighth of UpstreamTimeout.
+
+// upConn is one connection to an owner, carrying one request at a time.
+type upConn struct {
+	nc   net.Conn
+	raw  syscall.RawConn // plain TCP; nil otherwise (TLS, in-memory)
+	pool *connPool
+
+	buf  []byte // bytes read from the owner, buf[r:w] not yet used
+	r, w int
+	wbuf []byte // the request being written
+	head respHead
+
+	// exchange's state, shared with exchangeFn.
+	exchangeFn func(fd uintptr) bool
+	pending    []byte
+	sent       bool
+	readN      int
+	ioErr      error
+
+	deadline time.Time // the read deadline set
+	idleAt   int64     // when it was last put back, ns since epoch
+
+	// wrote and readTime are when the request was sent and when bytes of
+	// its answer were last read (ns since epoch), for abandonWaiting.
+	wrote, readTime atomic.Int64
+	once            sync.Once
+	lat             latencyCounts // this connection's share of the owner's histogram
+}
+
+// errNoFreeConns: every connection to the owner stayed busy until the
+// attempt's deadline.
+var errNoFreeConns = errors.New("proxy: no free connection to owner")
+
+// dialError marks a failure to connect to an owner: the request was not
+// sent, so any request may be retried.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return "proxy: dial owner: " + e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// notSent reports whether err means that the request never left the proxy:
+// the owner refused the connection (or could not be reached), or no
+// connection to it was free.
+func notSent(err error) bool {
+	var de *dialError
+	return errors.As(err, &de) || errors.Is(err, errNoFreeConns)
+}
+
+func newUpConn(nc net.Conn, pool *connPool) *upConn {
+	c := &upConn{nc: nc, pool: pool, buf: make([]byte, 4<<10)}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		if raw, err := tc.SyscallConn(); err == nil {
+			c.raw = raw
+		}
+	}
+	c.exchangeFn = c.exchangeStep
+	return c
+}
+
+// roundTrip sends req and reads the owner's answer into resp. resp is
+// filled only when err is nil; keep reports whether the connection may
+// carry another request.
+func (c *upConn) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, timeout, slack time.Duration, deadline time.Time) (keep bool, err error) {
+	now := time.Now()
+	c.wrote.Store(int64(now.Sub(epoch)))
+	want := now.Add(timeout)
+	if deadline.Before(want) {
+		want = deadline
+	}
+	if c.deadline.After(want) || c.deadline.Before(want.Add(-slack)) {
+		if err := c.nc.SetReadDeadline(want); err != nil {
+			return false, err
+		}
+		c.deadline = want
+	}
+	c.wbuf = appendRequest(c.wbuf[:0], req)
+	if err := c.exchange(want); err != nil {
+		return false, err
+	}
+	head := req.Header.IsHead()
+	interim := 0
+	for {
+		n, err := c.readHead()
+		if err != nil {
+			return false, err
+		}
+		if c.head.status >= 200 {
+			copyHead(&resp.Header, &c.head)
+			c.r += n
+			break
+		}
+		// 1xx: the final answer follows (101 cannot: Upgrade is stripped).
+		if c.head.status == fasthttp.StatusSwitchingProtocols || interim == maxInterimResponses {
+			return false, malformed("status %d", c.head.status)
+		}
+		c.r += n
+		interim++
+	}
+	h := &c.head
+	keep = h.keepAlive
+	switch {
+	case !h.hasBody(head):
+		if head && h.length >= 0 {
+			resp.Header.SetContentLength(int(h.length))
+		}
+	case h.chunked:
+		err = c.readChunked(resp)
+	case h.length >= 0:
+		err = c.readBody(resp, h.length)
+	default: // delimited by the end of the connection
+		keep = false
+		err = c.readToEOF(resp)
+	}
+	if err != nil {
+		return false, err
+	}
+	// Bytes beyond the answer were not asked for: do not trust the
+	// connection with another request.
+	return keep && c.r == c.w, nil
+}
+
+// appendRequest serializes req's head and body as the client sent them,
+// with the edits serve made.
+func appendRequest(b []byte, req *fasthttp.Request) []byte {
+	body := req.Body()
+	if len(body) > 0 || !req.Header.IsGet() && !req.Header.IsHead() {
+		req.Header.SetContentLength(len(body))
+	}
+	b = req.Header.AppendBytes(b)
+	return append(b, body...)
+}
+
+// copyHead hands the owner's status and headers to the client's response,
+// less the hop-by-hop ones.
+func copyHead(dst *fasthttp.ResponseHeader, h *respHead) {
+	dst.SetStatusCode(h.status)
+	if len(h.reason) > 0 {
+		dst.SetStatusMessage(h.reason)
+	}
+	eachField(h.fields, h.conn, dst.AddBytesKV)
+}
+
+// exchange writes c.wbuf and reads the first bytes of the answer. On plain
+// TCP it writes from inside RawConn.Read: Read resets the poller's read
+// readiness before calling exchangeStep, so the answer's arrival after
+// the write wakes the wait, and no read is tried before it.
+func (c *upConn) exchange(deadline time.Time) error {
+	if c.r == c.w {
+		c.r, c.w = 0, 0
+	}
+	if c.raw == nil {
+		if err := c.nc.SetWriteDeadline(deadline); err != nil {
+			return err
+		}
+		if _, err := c.nc.Write(c.wbuf); err != nil {
+			return err
+		}
+		return c.fill()
+	}
+	c.pending, c.sent, c.readN, c.ioErr = c.wbuf, false, 0, nil
+	if err := c.raw.Read(c.exchangeFn); err != nil {
+		return err
+	}
+	if c.ioErr != nil {
+		return c.ioErr
+	}
+	if !c.sent {
+		// The socket's buffer is full (a large request): write the rest
+		// the ordinary way, then read.
+		if err := c.nc.SetWriteDeadline(deadline); err != nil {
+			return err
+		}
+		if _, err := c.nc.Write(c.pending); err != nil {
+			return err
+		}
+		c.pending = nil
+		return c.fill()
+	}
+	return c.got(c.readN)
+}
+
+// exchangeStep is RawConn.Read's callback: the first call writes, the
+// others read; it returns false to wait for the socket to be readable.
+func (c *upConn) exchangeStep(fd uintptr) bool {
+	if !c.sent {
+		for len(c.pending) > 0 {
+			n, err := syscall.Write(int(fd), c.pending)
+			switch {
+			case err == syscall.EINTR:
+				continue
+			case err == syscall.EAGAIN:
+				return true // exchange finishes the write
+			case err != nil:
+				c.ioErr = err
+				return true
+			}
+			c.pending = c.pending[n:]
+		}
+		c.sent = true
+		return false
+	}
+	for {
+		n, err := syscall.Read(int(fd), c.buf[c.w:])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return false
+		case err != nil:
+			c.ioErr = err
+		}
+		c.readN = n
+		return true
+	}
+}
+
+// fill reads more of the answer into buf, making room first.
+func (c *upConn) fill() error {
+	if c.r == c.w {
+		c.r, c.w = 0, 0
+	}
+	if c.w == len(c.buf) {
+		if c.r > 0 {
+			c.w = copy(c.buf, c.buf[c.r:c.w])
+			c.r = 0
+		} else {
+			if len(c.buf) >= maxResponseHeadBytes+maxChunkLineBytes {
+				return malformed("line over %d bytes", len(c.buf))
+			}
+			nb := make([]byte, 2*len(c.buf))
+			copy(nb, c.buf[:c.w])
+			c.buf = nb
+		}
+	}
+	n, err := c.nc.Read(c.buf[c.w:])
+	if err != nil && n == 0 {
+		if err == io.EOF {
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	return c.got(n)
+}
+
+// got accounts for n bytes read into buf.
+func (c *upConn) got(n int) error {
+	if n == 0 {
+		return io.ErrUnexpectedEOF
+	}
+	c.w += n
+	c.readTime.Store(int64(time.Since(epoch)))
+	return nil
+}
+
+// readHead reads until buf[r:] starts with a whole response head, parses
+// it into c.head and returns its length.
+func (c *upConn) readHead() (int, error) {
+	for {
+		n, err := parseHead(c.buf[c.r:c.w], &c.head, LostHeader)
+		if err != nil || n > 0 {
+			return n, err
+		}
+		if err := c.fill(); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// readBody appends n bytes of body to resp.
+func (c *upConn) readBody(resp *fasthttp.Response, n int64) error {
+	for n > 0 {
+		if c.r == c.w {
+			if err := c.fill(); err != nil {
+				return err
+			}
+		}
+		k := int(min(n, int64(c.w-c.r)))
+		resp.AppendBody(c.buf[c.r : c.r+k])
+		c.r += k
+		n -= int64(k)
+	}
+	return nil
+}
+
+// readToEOF appends everything until the owner closes the connection.
+func (c *upConn) readToEOF(resp *fasthttp.Response) error {
+	total := 0
+	for {
+		resp.AppendBody(c.buf[c.r:c.w])
+		total += c.w - c.r
+		c.r = c.w
+		if total > maxResponseBodyBytes {
+			return malformed("body over %d bytes", maxResponseBodyBytes)
+		}
+		if err := c.fill(); err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// readChunked decodes a chunked body into resp, trailers discarded.
+func (c *upConn) readChunked(resp *fasthttp.Response) error {
+	var total int64
+	for {
+		line, err := c.readLine()
+		if err != nil {
+			return err
+		}
+		n, err := parseChunkSize(line)
+		if err != nil {
+			return err
+		}
+		if total += n; total > maxResponseBodyBytes {
+			return malformed("body over %d bytes", maxResponseBodyBytes)
+		}
+		if n == 0 {
+			break
+		}
+		if err := c.readBody(resp, n); err != nil {
+			return err
+		}
+		if line, err := c.readLine(); err != nil {
+			return err
+		} else if len(line) > 0 {
+			return malformed("chunk data longer than its size")
+		}
+	}
+	for trailers := 0; ; trailers += 1 {
+		line, err := c.readLine()
+		if err != nil {
+			return err
+		}
+		if len(line) == 0 {
+			return nil
+		}
+		if _, _, err := splitField(line); err != nil || trailers > 64 {
+			return malformed("trailer %q", clip(line))
+		}
+	}
+}
+
+// readLine returns the next line of buf, reading as needed.
+func (c *upConn) readLine() ([]byte, error) {
+	for {
+		line, rest, ok := nextLine(c.buf[c.r:c.w])
+		if ok {
+			c.r = c.w - len(rest)
+			return line, nil
+		}
+		if c.w-c.r > maxChunkLineBytes {
+			return nil, malformed("line over %d bytes", maxChunkLineBytes)
+		}
+		if err := c.fill(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// waiting reports whether c sent a request at least grace ago and has read
+// nothing since.
+func (c *upConn) waiting(grace time.Duration) bool {
+	w := c.wrote.Load()
+	return w > c.readTime.Load() && time.Duration(int64(time.Since(epoch))-w) >= grace
+}
+
+// close closes the connection and takes it out of its pool's set, once.
+func (c *upConn) close() {
+	c.once.Do(func() {
+		c.nc.Close()
+		c.pool.forget(c)
+	})
+}
+
+// epoch is the base of upConn's times.
+var epoch = time.Now()
