@@ -46,7 +46,8 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, c *counterShard) {
 	// connection; a front end that framed the body by Content-Length would
 	// see the next request differently (smuggling). RFC 9112 §6.3: refuse
 	// it and close the connection.
-	if framingConflict(req.Header.RawHeaders()) {
+	scan := scanRequest(req.Header.RawHeaders())
+	if scan.contentLength && scan.transferEncoding {
 		p.fail(ctx, fasthttp.StatusBadRequest, msgFraming)
 		ctx.SetConnectionClose()
 		return
@@ -73,15 +74,18 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, c *counterShard) {
 
 	s := p.scratch.Get().(*scratch)
 	defer p.scratch.Put(s)
-	stripRequest(&req.Header, p.cfg.Header, s)
+	if scan.hop {
+		stripRequest(&req.Header, p.cfg.Header, s)
+	}
 	// The proxy alone stamps Fuge-Generation, and it has read the body.
-	for _, k := range [...]string{GenerationHeader, "Expect"} {
-		if len(req.Header.PeekAll(k)) > 0 {
-			req.Header.Del(k)
-		}
+	if scan.generation {
+		req.Header.Del(GenerationHeader)
+	}
+	if scan.expect {
+		req.Header.Del("Expect")
 	}
 	req.Header.SetNoDefaultContentType(true) // forward the client's, or none
-	setForwardedFor(req, ctx.RemoteIP(), s)
+	setForwardedFor(req, ctx.RemoteIP(), scan.forwardedFor, s)
 	idempotent := isIdempotent(&req.Header)
 	deadline := ctx.Time().Add(p.cfg.RetryBudget)
 	// No attempt outlives the budget by more than UpstreamTimeout, waiting
@@ -98,9 +102,9 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, c *counterShard) {
 			}
 			switch last = p.attempt(ctx, c, pick, s, attemptDeadline); {
 			case last == answered, last == lost && !idempotent:
-				// The server closes the client's connection if the client
-				// asked to; the owner's Connection header is not the client's.
-				stripResponse(&ctx.Response.Header, s)
+				// The owner's hop-by-hop headers were left out (copyHead);
+				// the server closes the client's connection if the client
+				// asked to.
 				return
 			case last == failed && !idempotent:
 				p.fail(ctx, fasthttp.StatusBadGateway, msgBadGateway)
@@ -223,11 +227,22 @@ func (p *Proxy) handleError(ctx *fasthttp.RequestCtx, err error) {
 	p.c.shard(ctx.ConnID()).status(ctx.Response.StatusCode())
 }
 
-// framingConflict reports whether a raw request header block has both a
-// Content-Length and a Transfer-Encoding line (fasthttp hides the
-// Content-Length once Transfer-Encoding is chunked).
-func framingConflict(raw []byte) bool {
-	var cl, te bool
+// reqScan is what one pass over a request's raw header block found, so
+// that the edits a request needs cost one look at each header line, and
+// none when it holds nothing to remove.
+type reqScan struct {
+	contentLength, transferEncoding bool
+	hop                             bool // a hop-by-hop header line (Connection names the others)
+	forwardedFor                    bool // an X-Forwarded-For line
+	generation, expect              bool // lines the proxy drops
+}
+
+// scanRequest looks at each line of a raw request header block (fasthttp
+// hides Content-Length once Transfer-Encoding is chunked, and answers
+// PeekAll with a key normalized on every call; one pass over the raw
+// block does neither).
+func scanRequest(raw []byte) reqScan {
+	var r reqScan
 	for len(raw) > 0 {
 		line := raw
 		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
@@ -235,16 +250,26 @@ func framingConflict(raw []byte) bool {
 		} else {
 			raw = nil
 		}
-		if i := bytes.IndexByte(line, ':'); i > 0 {
-			switch k := line[:i]; {
-			case equalFold(k, "Content-Length"):
-				cl = true
-			case equalFold(k, "Transfer-Encoding"):
-				te = true
-			}
+		i := bytes.IndexByte(line, ':')
+		if i <= 0 {
+			continue
+		}
+		switch k := line[:i]; {
+		case equalFold(k, "Content-Length"):
+			r.contentLength = true
+		case equalFold(k, "Transfer-Encoding"):
+			r.transferEncoding, r.hop = true, true
+		case equalFold(k, "X-Forwarded-For"):
+			r.forwardedFor = true
+		case equalFold(k, GenerationHeader):
+			r.generation = true
+		case equalFold(k, "Expect"):
+			r.expect = true
+		case in(k, hopHeaders[:]):
+			r.hop = true
 		}
 	}
-	return cl && te
+	return r
 }
 
 // isIdempotent reports whether a request may be sent again after it may

@@ -22,7 +22,9 @@ import (
 //   - the routing header keeps the value the key was read from, and
 //     Fuge-Generation is the proxy's one value, whatever Connection names;
 //   - the result does not depend on the scratch space (a used one or a
-//     fresh one give the same headers).
+//     fresh one give the same headers);
+//   - scanRequest, the one pass over the raw block that decides which
+//     edits serve makes, sees every header those edits are for.
 func FuzzRequestHeaders(f *testing.F) {
 	f.Add("X-Fuge-Key: k1\r\nConnection: keep-alive, X-Secret\r\nX-Secret: s\r\n")
 	f.Add("X-Fuge-Key: k1\r\nConnection: X-Fuge-Key, Fuge-Generation\r\nFuge-Generation: 9\r\n")
@@ -38,6 +40,23 @@ func FuzzRequestHeaders(f *testing.F) {
 		raw := "GET /p HTTP/1.1\r\nHost: example.test\r\n" + block + "\r\n\r\n"
 		if err := h.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
 			return // refused by the parser, before the proxy sees it
+		}
+		// serve edits only what scanRequest saw in the raw block: it
+		// must see every header that the parsed one holds.
+		scan := scanRequest(h.RawHeaders())
+		for _, c := range []struct {
+			name string
+			has  bool
+			saw  bool
+		}{
+			{"a hop-by-hop header", hasHop(&h), scan.hop},
+			{GenerationHeader, len(h.PeekAll(GenerationHeader)) > 0, scan.generation},
+			{"Expect", len(h.PeekAll("Expect")) > 0, scan.expect},
+			{"X-Forwarded-For", len(h.PeekAll("X-Forwarded-For")) > 0, scan.forwardedFor},
+		} {
+			if c.has && !c.saw {
+				t.Fatalf("scanRequest missed %s in %q", c.name, h.RawHeaders())
+			}
 		}
 		var keyVal []byte
 		if vs := h.PeekAll(key); len(vs) == 1 && len(vs[0]) > 0 {
@@ -109,7 +128,7 @@ func FuzzRequestHeaders(f *testing.F) {
 		var req fasthttp.Request
 		h.CopyTo(&req.Header)
 		req.Header.Del(GenerationHeader)
-		setForwardedFor(&req, net.IPv4(192, 0, 2, 9), used)
+		setForwardedFor(&req, net.IPv4(192, 0, 2, 9), scan.forwardedFor, used)
 		setGeneration(&req, 42, used)
 		if vs := req.Header.PeekAll(GenerationHeader); len(vs) != 1 || string(vs[0]) != strconv.Itoa(42) {
 			t.Errorf("Fuge-Generation after the stamp: %q, want [42]", vs)

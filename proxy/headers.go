@@ -42,11 +42,8 @@ type header interface {
 }
 
 // Headers that fasthttp keeps outside its ordered list (it never reorders
-// them): stripHop leaves them alone.
-var (
-	requestSpecial  = []string{"Host", "Content-Type", "User-Agent", "Content-Length", "Cookie"}
-	responseSpecial = []string{"Content-Type", "Content-Encoding", "Server", "Set-Cookie", "Content-Length"}
-)
+// them): stripRequest leaves them alone.
+var requestSpecial = []string{"Host", "Content-Type", "User-Agent", "Content-Length", "Cookie"}
 
 // scratch is per-request buffer space, pooled, so that header edits do not
 // allocate.
@@ -66,10 +63,11 @@ type span struct {
 	drop            bool
 }
 
-// stripRequest and stripResponse remove the hop-by-hop headers, and those
-// named in Connection, keeping the order of the others. stripRequest keeps
-// the routing header key even when Connection names it: the proxy has
-// routed by its value, and the owner's guard checks the same value.
+// stripRequest removes the hop-by-hop headers, and those named in
+// Connection, keeping the order of the others. It keeps the routing header
+// key even when Connection names it: the proxy has routed by its value, and
+// the owner's guard checks the same value. (An owner's answer is copied
+// without them in the first place: copyHead.)
 //
 // fasthttp deletes a header by swapping the last one into its place, which
 // would reorder repeated headers (X-Forwarded-For, say). So when there is
@@ -97,17 +95,6 @@ func stripRequest(h *fasthttp.RequestHeader, key string, s *scratch) {
 		}
 	}
 	s.rebuild(h, requestSpecial, key)
-}
-
-func stripResponse(h *fasthttp.ResponseHeader, s *scratch) {
-	if !hasHop(h) {
-		return
-	}
-	s.begin(h)
-	for k, v := range h.All() {
-		s.record(k, v, responseSpecial, "")
-	}
-	s.rebuild(h, responseSpecial, "")
 }
 
 // begin starts a rebuild of h: it copies the Connection values, since
@@ -237,25 +224,34 @@ func trimOWS(b []byte) []byte {
 	return b
 }
 
+// Header names the proxy sets, in fasthttp's canonical form, so that
+// setting them skips normalizing the name.
+var (
+	forwardedForKey = []byte("X-Forwarded-For")
+	generationKey   = []byte(GenerationHeader)
+)
+
 // setForwardedFor appends the client's address to X-Forwarded-For, joining
-// repeated headers into one.
-func setForwardedFor(req *fasthttp.Request, ip net.IP, s *scratch) {
+// repeated headers into one; had tells whether the request has any.
+func setForwardedFor(req *fasthttp.Request, ip net.IP, had bool, s *scratch) {
 	const xff = "X-Forwarded-For"
 	s.xff = s.xff[:0]
-	for _, v := range req.Header.PeekAll(xff) {
-		s.xff = append(append(s.xff, v...), ", "...)
+	if had {
+		for _, v := range req.Header.PeekAll(xff) {
+			s.xff = append(append(s.xff, v...), ", "...)
+		}
+		req.Header.Del(xff)
 	}
 	if a, ok := netip.AddrFromSlice(ip); ok {
 		s.xff = a.Unmap().AppendTo(s.xff)
 	} else {
 		s.xff = append(s.xff, "unknown"...)
 	}
-	req.Header.Del(xff)
-	req.Header.SetBytesV(xff, s.xff)
+	req.Header.SetCanonical(forwardedForKey, s.xff)
 }
 
 // setGeneration stamps the lease generation on the request.
 func setGeneration(req *fasthttp.Request, gen uint64, s *scratch) {
 	s.gen = strconv.AppendUint(s.gen[:0], gen, 10)
-	req.Header.SetBytesV(GenerationHeader, s.gen)
+	req.Header.SetCanonical(generationKey, s.gen)
 }
