@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"io"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -93,4 +96,102 @@ type perIPConn struct {
 func (c *perIPConn) Close() error {
 	c.once.Do(func() { c.l.release(c.addr) })
 	return c.Conn.Close()
+}
+
+// rawListener hands out TCP connections whose reads and writes are
+// rawRead and rawWrite (rawio_linux.go says why); others pass as they are.
+type rawListener struct{ net.Listener }
+
+func withRawIO(ln net.Listener) net.Listener {
+	if !rawIO {
+		return ln
+	}
+	return rawListener{ln}
+}
+
+func (l rawListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c, nil
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return c, nil
+	}
+	r := &rawConn{Conn: tc, rc: rc}
+	r.readFn, r.writeFn = r.readStep, r.writeStep
+	return r, nil
+}
+
+// rawConn is a client's TCP connection read and written through
+// syscall.RawConn, which waits on the runtime's poller as net does, and
+// honours the deadlines set on the connection.
+type rawConn struct {
+	net.Conn
+	rc syscall.RawConn
+
+	rb, wb          []byte // the buffer of the Read or Write in progress
+	rn, wn          int
+	rerr, werr      syscall.Errno
+	readFn, writeFn func(uintptr) bool
+}
+
+func (c *rawConn) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	c.rb, c.rn, c.rerr = b, 0, 0
+	err := c.rc.Read(c.readFn)
+	c.rb = nil
+	switch {
+	case err != nil:
+		return 0, err
+	case c.rerr != 0:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", c.rerr)}
+	case c.rn == 0:
+		return 0, io.EOF
+	}
+	return c.rn, nil
+}
+
+func (c *rawConn) readStep(fd uintptr) bool {
+	n, e := rawRead(fd, c.rb)
+	switch {
+	case e == syscall.EAGAIN:
+		return false
+	case e != 0:
+		c.rerr = e
+	default:
+		c.rn = n
+	}
+	return true
+}
+
+func (c *rawConn) Write(b []byte) (int, error) {
+	c.wb, c.wn, c.werr = b, 0, 0
+	err := c.rc.Write(c.writeFn)
+	c.wb = nil
+	if err == nil && c.werr != 0 {
+		err = &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("write", c.werr)}
+	}
+	return c.wn, err
+}
+
+func (c *rawConn) writeStep(fd uintptr) bool {
+	for c.wn < len(c.wb) {
+		n, e := rawWrite(fd, c.wb[c.wn:])
+		switch {
+		case e == syscall.EAGAIN:
+			return false
+		case e != 0:
+			c.werr = e
+			return true
+		}
+		c.wn += n
+	}
+	return true
 }

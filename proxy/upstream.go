@@ -39,8 +39,9 @@ type upConn struct {
 	wbuf []byte // the request being written
 	head respHead
 
-	// exchange's state, shared with exchangeFn.
+	// exchange's and fill's state, shared with exchangeFn and readFn.
 	exchangeFn func(fd uintptr) bool
+	readFn     func(fd uintptr) bool
 	pending    []byte
 	sent       bool
 	readN      int
@@ -77,12 +78,12 @@ func notSent(err error) bool {
 
 func newUpConn(nc net.Conn, pool *connPool) *upConn {
 	c := &upConn{nc: nc, pool: pool, buf: make([]byte, 4<<10)}
-	if tc, ok := nc.(*net.TCPConn); ok {
+	if tc, ok := nc.(*net.TCPConn); ok && rawIO {
 		if raw, err := tc.SyscallConn(); err == nil {
 			c.raw = raw
 		}
 	}
-	c.exchangeFn = c.exchangeStep
+	c.exchangeFn, c.readFn = c.exchangeStep, c.readStep
 	return c
 }
 
@@ -211,36 +212,36 @@ func (c *upConn) exchange(deadline time.Time) error {
 // exchangeStep is RawConn.Read's callback: the first call writes, the
 // others read; it returns false to wait for the socket to be readable.
 func (c *upConn) exchangeStep(fd uintptr) bool {
-	if !c.sent {
-		for len(c.pending) > 0 {
-			n, err := syscall.Write(int(fd), c.pending)
-			switch {
-			case err == syscall.EINTR:
-				continue
-			case err == syscall.EAGAIN:
-				return true // exchange finishes the write
-			case err != nil:
-				c.ioErr = err
-				return true
-			}
-			c.pending = c.pending[n:]
-		}
-		c.sent = true
-		return false
+	if c.sent {
+		return c.readStep(fd)
 	}
-	for {
-		n, err := syscall.Read(int(fd), c.buf[c.w:])
+	for len(c.pending) > 0 {
+		n, e := rawWrite(fd, c.pending)
 		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			return false
-		case err != nil:
-			c.ioErr = err
+		case e == syscall.EAGAIN:
+			return true // exchange finishes the write
+		case e != 0:
+			c.ioErr = e
+			return true
 		}
-		c.readN = n
-		return true
+		c.pending = c.pending[n:]
 	}
+	c.sent = true
+	return false
+}
+
+// readStep is RawConn.Read's callback for one read into buf.
+func (c *upConn) readStep(fd uintptr) bool {
+	n, e := rawRead(fd, c.buf[c.w:])
+	switch {
+	case e == syscall.EAGAIN:
+		return false
+	case e != 0:
+		c.ioErr = e
+		n = 0
+	}
+	c.readN = n
+	return true
 }
 
 // fill reads more of the answer into buf, making room first.
@@ -260,6 +261,16 @@ func (c *upConn) fill() error {
 			copy(nb, c.buf[:c.w])
 			c.buf = nb
 		}
+	}
+	if c.raw != nil {
+		c.readN, c.ioErr = 0, nil
+		if err := c.raw.Read(c.readFn); err != nil {
+			return err
+		}
+		if c.ioErr != nil {
+			return c.ioErr
+		}
+		return c.got(c.readN)
 	}
 	n, err := c.nc.Read(c.buf[c.w:])
 	if err != nil && n == 0 {
