@@ -144,15 +144,19 @@ func (p *Proxy) attempt(ctx *fasthttp.RequestCtx, c *counterShard, pick lb.Pick,
 	if pick.Gen != 0 {
 		setGeneration(&ctx.Request, uint64(pick.Gen), s)
 	}
-	conn, err := o.pool.get(deadline)
+	now := time.Now()
+	conn, idle, err := o.pool.get(now, deadline)
 	if err != nil {
 		c.refused.Add(1)
 		return refused
 	}
-	start := conn.wrote.Load()
+	if !idle {
+		now = time.Now() // dialled it, or waited for it
+	}
+	start := int64(now.Sub(epoch))
 	resp := &ctx.Response
 	resp.Reset()
-	keep, err := conn.roundTrip(&ctx.Request, resp, p.cfg.UpstreamTimeout, p.cfg.UpstreamTimeout/8, deadline)
+	keep, err := conn.roundTrip(&ctx.Request, resp, now, p.cfg.UpstreamTimeout, p.cfg.UpstreamTimeout/8, deadline)
 	end := conn.readTime.Load()
 	if err != nil {
 		end = int64(time.Since(epoch))

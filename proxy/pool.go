@@ -72,13 +72,14 @@ func newPool(addr string, dial func(string) (net.Conn, error), tlsConf *tls.Conf
 }
 
 // get returns an idle connection, a new one, or, when max are open, the
-// first one put back before deadline.
-func (p *connPool) get(deadline time.Time) (*upConn, error) {
-	now := int64(time.Since(epoch))
+// first one put back before deadline; now is the time. idle reports that it
+// was idle, so got at once.
+func (p *connPool) get(now, deadline time.Time) (c *upConn, idle bool, err error) {
+	nowNs := int64(now.Sub(epoch))
 	p.mu.Lock()
 	for len(p.idle) > 0 {
 		// The oldest idle connection goes first if it has idled too long.
-		if c := p.idle[0]; now-c.idleAt > int64(ownerIdleTimeout) {
+		if c := p.idle[0]; nowNs-c.idleAt > int64(ownerIdleTimeout) {
 			p.idle = p.idle[:copy(p.idle, p.idle[1:])]
 			p.open--
 			p.mu.Unlock()
@@ -90,25 +91,27 @@ func (p *connPool) get(deadline time.Time) (*upConn, error) {
 		p.idle[len(p.idle)-1] = nil
 		p.idle = p.idle[:len(p.idle)-1]
 		p.mu.Unlock()
-		return c, nil
+		return c, true, nil
 	}
 	if p.open < p.max {
 		p.open++
 		p.mu.Unlock()
-		return p.connect()
+		c, err := p.connect()
+		return c, false, err
 	}
 	ch := make(chan *upConn, 1)
 	p.waiters = append(p.waiters, ch)
 	p.mu.Unlock()
 
-	t := time.NewTimer(time.Until(deadline))
+	t := time.NewTimer(deadline.Sub(now))
 	defer t.Stop()
 	select {
 	case c := <-ch:
 		if c == nil {
-			return p.connect()
+			c, err := p.connect()
+			return c, false, err
 		}
-		return c, nil
+		return c, false, nil
 	case <-t.C:
 	}
 	p.mu.Lock()
@@ -116,7 +119,7 @@ func (p *connPool) get(deadline time.Time) (*upConn, error) {
 		if w == ch {
 			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
 			p.mu.Unlock()
-			return nil, errNoFreeConns
+			return nil, false, errNoFreeConns
 		}
 	}
 	p.mu.Unlock()
@@ -126,7 +129,7 @@ func (p *connPool) get(deadline time.Time) (*upConn, error) {
 	} else {
 		p.release()
 	}
-	return nil, errNoFreeConns
+	return nil, false, errNoFreeConns
 }
 
 // connect dials a connection for a slot already counted in open.
@@ -144,9 +147,9 @@ func (p *connPool) connect() (*upConn, error) {
 }
 
 // put hands c, after a complete answer, to a waiting request or back to
-// the idle stack.
+// the idle stack. It idles from the last read of the answer.
 func (p *connPool) put(c *upConn) {
-	c.idleAt = int64(time.Since(epoch))
+	c.idleAt = c.readTime.Load()
 	p.mu.Lock()
 	if len(p.waiters) > 0 {
 		w := p.waiters[0]

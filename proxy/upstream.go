@@ -90,8 +90,7 @@ func newUpConn(nc net.Conn, pool *connPool) *upConn {
 // roundTrip sends req and reads the owner's answer into resp. resp is
 // filled only when err is nil; keep reports whether the connection may
 // carry another request.
-func (c *upConn) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, timeout, slack time.Duration, deadline time.Time) (keep bool, err error) {
-	now := time.Now()
+func (c *upConn) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, now time.Time, timeout, slack time.Duration, deadline time.Time) (keep bool, err error) {
 	c.wrote.Store(int64(now.Sub(epoch)))
 	want := now.Add(timeout)
 	if deadline.Before(want) {
