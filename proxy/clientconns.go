@@ -100,13 +100,18 @@ func (c *perIPConn) Close() error {
 
 // rawListener hands out TCP connections whose reads and writes are
 // rawRead and rawWrite (rawio_linux.go says why); others pass as they are.
-type rawListener struct{ net.Listener }
+// writeSlack is how far a connection's write deadline may lag the one asked
+// for (see rawConn.SetWriteDeadline).
+type rawListener struct {
+	net.Listener
+	writeSlack time.Duration
+}
 
-func withRawIO(ln net.Listener) net.Listener {
+func withRawIO(ln net.Listener, writeSlack time.Duration) net.Listener {
 	if !rawIO {
 		return ln
 	}
-	return rawListener{ln}
+	return rawListener{ln, writeSlack}
 }
 
 func (l rawListener) Accept() (net.Conn, error) {
@@ -122,7 +127,7 @@ func (l rawListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return c, nil
 	}
-	r := &rawConn{Conn: tc, rc: rc}
+	r := &rawConn{Conn: tc, rc: rc, writeSlack: l.writeSlack}
 	r.readFn, r.writeFn = r.readStep, r.writeStep
 	return r, nil
 }
@@ -138,6 +143,35 @@ type rawConn struct {
 	rn, wn          int
 	rerr, werr      syscall.Errno
 	readFn, writeFn func(uintptr) bool
+
+	writeSlack    time.Duration
+	writeDeadline atomic.Int64 // the one set, Unix ns; 0 for none
+}
+
+// SetWriteDeadline moves the write deadline only when the one asked for is
+// earlier than the one set, or later by writeSlack or more: fasthttp sets
+// it before every response, and each move is a change to a runtime timer.
+// A response may so be cut off up to writeSlack (WriteTimeout/8) early.
+func (c *rawConn) SetWriteDeadline(t time.Time) error {
+	var ns int64
+	if !t.IsZero() {
+		ns = t.UnixNano()
+	}
+	if cur := c.writeDeadline.Load(); cur != 0 && ns >= cur && ns-cur < int64(c.writeSlack) {
+		return nil
+	}
+	c.writeDeadline.Store(ns)
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// SetDeadline sets both deadlines, exactly.
+func (c *rawConn) SetDeadline(t time.Time) error {
+	if t.IsZero() {
+		c.writeDeadline.Store(0)
+	} else {
+		c.writeDeadline.Store(t.UnixNano())
+	}
+	return c.Conn.SetDeadline(t)
 }
 
 func (c *rawConn) Read(b []byte) (int, error) {

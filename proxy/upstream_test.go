@@ -189,3 +189,38 @@ func waiters(p *connPool, n int) func() bool {
 		return len(p.waiters) == n
 	}
 }
+
+// deadlineConn counts the write deadlines that reach the connection.
+type deadlineConn struct {
+	net.Conn
+	set []time.Time
+}
+
+func (c *deadlineConn) SetWriteDeadline(t time.Time) error { c.set = append(c.set, t); return nil }
+
+// TestWriteDeadlineSlack: a client connection's write deadline moves when
+// the one asked for is earlier, or later by the slack or more, and not for
+// the small steps fasthttp takes before every response.
+func TestWriteDeadlineSlack(t *testing.T) {
+	under := &deadlineConn{}
+	c := &rawConn{Conn: under, writeSlack: time.Second}
+	base := time.Unix(1000, 0)
+	for _, step := range []struct {
+		at   time.Time
+		sets bool
+	}{
+		{base, true}, // first
+		{base.Add(300 * time.Millisecond), false}, // later, within the slack
+		{base.Add(999 * time.Millisecond), false}, // still within it
+		{base.Add(time.Second), true},             // the slack reached
+		{base.Add(500 * time.Millisecond), true},  // earlier: always
+		{time.Time{}, true},                       // none
+		{base, true},                              // after none
+	} {
+		n := len(under.set)
+		c.SetWriteDeadline(step.at)
+		if got := len(under.set) > n; got != step.sets {
+			t.Fatalf("SetWriteDeadline(%v) reached the connection: %v, want %v", step.at, got, step.sets)
+		}
+	}
+}
