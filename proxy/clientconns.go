@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -99,19 +100,15 @@ func (c *perIPConn) Close() error {
 }
 
 // rawListener hands out TCP connections whose reads and writes are
-// rawRead and rawWrite (rawio_linux.go says why); others pass as they are.
-// writeSlack is how far a connection's write deadline may lag the one asked
-// for (see rawConn.SetWriteDeadline).
-type rawListener struct {
-	net.Listener
-	writeSlack time.Duration
-}
+// rawRead and rawWrite (rawio_linux.go says why) and whose deadlines are
+// moved lazily (rawConn.SetReadDeadline); others pass as they are.
+type rawListener struct{ net.Listener }
 
-func withRawIO(ln net.Listener, writeSlack time.Duration) net.Listener {
+func withRawIO(ln net.Listener) net.Listener {
 	if !rawIO {
 		return ln
 	}
-	return rawListener{ln, writeSlack}
+	return rawListener{ln}
 }
 
 func (l rawListener) Accept() (net.Conn, error) {
@@ -127,14 +124,21 @@ func (l rawListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return c, nil
 	}
-	r := &rawConn{Conn: tc, rc: rc, writeSlack: l.writeSlack}
+	r := &rawConn{Conn: tc, rc: rc}
 	r.readFn, r.writeFn = r.readStep, r.writeStep
 	return r, nil
 }
 
 // rawConn is a client's TCP connection read and written through
-// syscall.RawConn, which waits on the runtime's poller as net does, and
-// honours the deadlines set on the connection.
+// syscall.RawConn, which waits on the runtime's poller as net does.
+//
+// fasthttp moves the read deadline twice per request (the idle timeout,
+// then the read timeout) and the write deadline once, each a change to a
+// runtime timer. rawConn keeps the deadline asked for apart from the one
+// set on the socket: an earlier one is set at once, a later one only when
+// the socket's fires, and then the read or write goes on. So the deadline
+// in force is always the one asked for, and in the steady state a
+// connection's timers move once per timeout, not three times per request.
 type rawConn struct {
 	net.Conn
 	rc syscall.RawConn
@@ -144,34 +148,82 @@ type rawConn struct {
 	rerr, werr      syscall.Errno
 	readFn, writeFn func(uintptr) bool
 
-	writeSlack    time.Duration
-	writeDeadline atomic.Int64 // the one set, Unix ns; 0 for none
+	mu     sync.Mutex
+	rd, wd lazyDeadline
 }
 
-// SetWriteDeadline moves the write deadline only when the one asked for is
-// earlier than the one set, or later by writeSlack or more: fasthttp sets
-// it before every response, and each move is a change to a runtime timer.
-// A response may so be cut off up to writeSlack (WriteTimeout/8) early.
-func (c *rawConn) SetWriteDeadline(t time.Time) error {
-	var ns int64
-	if !t.IsZero() {
-		ns = t.UnixNano()
+// lazyDeadline is one direction's deadline: asked for, and set on the
+// socket, in Unix nanoseconds, 0 for none.
+type lazyDeadline struct{ want, set int64 }
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
 	}
-	if cur := c.writeDeadline.Load(); cur != 0 && ns >= cur && ns-cur < int64(c.writeSlack) {
+	return t.UnixNano()
+}
+
+// ask records a deadline and reports whether the socket's must move now:
+// when the new one is earlier than the one set, or none is set.
+func (d *lazyDeadline) ask(ns int64) bool {
+	d.want = ns
+	if d.set == ns || d.set != 0 && (ns == 0 || ns > d.set) {
+		return false // the same, or later: when the one set fires
+	}
+	d.set = ns
+	return true
+}
+
+// fired is called when the socket's deadline passed: it reports whether
+// the one asked for is later, moving the socket's to it.
+func (d *lazyDeadline) fired(now int64) (time.Time, bool) {
+	if d.want == d.set || d.want != 0 && d.want <= now {
+		return time.Time{}, false
+	}
+	d.set = d.want
+	if d.want == 0 {
+		return time.Time{}, true
+	}
+	return time.Unix(0, d.want), true
+}
+
+func (c *rawConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.rd.ask(unixNano(t)) {
 		return nil
 	}
-	c.writeDeadline.Store(ns)
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *rawConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.wd.ask(unixNano(t)) {
+		return nil
+	}
 	return c.Conn.SetWriteDeadline(t)
 }
 
-// SetDeadline sets both deadlines, exactly.
 func (c *rawConn) SetDeadline(t time.Time) error {
-	if t.IsZero() {
-		c.writeDeadline.Store(0)
-	} else {
-		c.writeDeadline.Store(t.UnixNano())
-	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns := unixNano(t)
+	c.rd = lazyDeadline{ns, ns}
+	c.wd = lazyDeadline{ns, ns}
 	return c.Conn.SetDeadline(t)
+}
+
+// rearm moves the socket's deadline of d to the one asked for if that is
+// later than the one that fired, and reports whether the I/O goes on.
+func (c *rawConn) rearm(err error, d *lazyDeadline, set func(time.Time) error) bool {
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, again := d.fired(time.Now().UnixNano())
+	return again && set(t) == nil
 }
 
 func (c *rawConn) Read(b []byte) (int, error) {
@@ -180,6 +232,9 @@ func (c *rawConn) Read(b []byte) (int, error) {
 	}
 	c.rb, c.rn, c.rerr = b, 0, 0
 	err := c.rc.Read(c.readFn)
+	for err != nil && c.rearm(err, &c.rd, c.Conn.SetReadDeadline) {
+		err = c.rc.Read(c.readFn)
+	}
 	c.rb = nil
 	switch {
 	case err != nil:
@@ -208,6 +263,9 @@ func (c *rawConn) readStep(fd uintptr) bool {
 func (c *rawConn) Write(b []byte) (int, error) {
 	c.wb, c.wn, c.werr = b, 0, 0
 	err := c.rc.Write(c.writeFn)
+	for err != nil && c.rearm(err, &c.wd, c.Conn.SetWriteDeadline) {
+		err = c.rc.Write(c.writeFn)
+	}
 	c.wb = nil
 	if err == nil && c.werr != 0 {
 		err = &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("write", c.werr)}

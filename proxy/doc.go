@@ -80,11 +80,12 @@
 // are raw system calls: marked ones (entersyscall) let the sysmon thread,
 // which shares the proxy's core, hand the P to a second thread whenever it
 // catches one twice, and the two threads then traded the core about 2,000
-// times a second. An owner connection's read deadline is moved only when
-// it drifted by an eighth of UpstreamTimeout, and a client connection's
-// write deadline only when it drifted by an eighth of WriteTimeout (each
-// move is a change to a runtime timer), so an attempt or a response may
-// time out that much early.
+// times a second. Deadlines are moved lazily, each move being a change to
+// a runtime timer: a client connection's deadline asked for later than the
+// one set is set only when that one fires, and the read or write goes on
+// (fasthttp asks three times per request), and an owner connection's read
+// deadline is moved only when it drifted by an eighth of UpstreamTimeout,
+// so that an attempt may time out that much early.
 //
 // The request head is the client's as fasthttp parsed it, with the edits
 // above, written in one system call with its body. The answer's head is

@@ -129,7 +129,7 @@ func (p *Proxy) Start() error {
 	if err != nil {
 		return fmt.Errorf("proxy: listen: %w", err)
 	}
-	ln := limitPerIP(withRawIO(tcpLn, p.cfg.WriteTimeout/8), p.cfg.MaxConnsPerIP, &p.c.refusedConns)
+	ln := limitPerIP(withRawIO(tcpLn), p.cfg.MaxConnsPerIP, &p.c.refusedConns)
 	adminLn, err := net.Listen("tcp", p.cfg.AdminAddr)
 	if err != nil {
 		ln.Close()
@@ -171,7 +171,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	if err != nil {
 		return err
 	}
-	return p.server.Serve(limitPerIP(withRawIO(ln, p.cfg.WriteTimeout/8), p.cfg.MaxConnsPerIP, &p.c.refusedConns))
+	return p.server.Serve(limitPerIP(withRawIO(ln), p.cfg.MaxConnsPerIP, &p.c.refusedConns))
 }
 
 // startBackgroundLocked starts the Lookup and the owner watcher once.

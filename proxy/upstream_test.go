@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -190,37 +192,86 @@ func waiters(p *connPool, n int) func() bool {
 	}
 }
 
-// deadlineConn counts the write deadlines that reach the connection.
-type deadlineConn struct {
-	net.Conn
-	set []time.Time
-}
-
-func (c *deadlineConn) SetWriteDeadline(t time.Time) error { c.set = append(c.set, t); return nil }
-
-// TestWriteDeadlineSlack: a client connection's write deadline moves when
-// the one asked for is earlier, or later by the slack or more, and not for
-// the small steps fasthttp takes before every response.
-func TestWriteDeadlineSlack(t *testing.T) {
-	under := &deadlineConn{}
-	c := &rawConn{Conn: under, writeSlack: time.Second}
-	base := time.Unix(1000, 0)
-	for _, step := range []struct {
-		at   time.Time
+func TestLazyDeadline(t *testing.T) {
+	var d lazyDeadline
+	for i, step := range []struct {
+		ask  int64
 		sets bool
 	}{
-		{base, true}, // first
-		{base.Add(300 * time.Millisecond), false}, // later, within the slack
-		{base.Add(999 * time.Millisecond), false}, // still within it
-		{base.Add(time.Second), true},             // the slack reached
-		{base.Add(500 * time.Millisecond), true},  // earlier: always
-		{time.Time{}, true},                       // none
-		{base, true},                              // after none
+		{100, true},  // none set
+		{150, false}, // later: when 100 fires
+		{160, false},
+		{0, false},   // none: when 100 fires
+		{90, true},   // earlier: at once
+		{90, false},  // the same
+		{120, false}, // later
 	} {
-		n := len(under.set)
-		c.SetWriteDeadline(step.at)
-		if got := len(under.set) > n; got != step.sets {
-			t.Fatalf("SetWriteDeadline(%v) reached the connection: %v, want %v", step.at, got, step.sets)
+		if got := d.ask(step.ask); got != step.sets {
+			t.Fatalf("step %d: ask(%d) sets %v, want %v", i, step.ask, got, step.sets)
 		}
+	}
+	// 90 fires at 95: the one asked for, 120, is later: set it and go on.
+	if at, again := d.fired(95); !again || at.UnixNano() != 120 {
+		t.Fatalf("fired at 95: %v %v, want 120, true", at, again)
+	}
+	// 120 fires at 125: it was the one asked for.
+	if _, again := d.fired(125); again {
+		t.Fatal("a deadline that was asked for fired and the I/O went on")
+	}
+	// Asked for later after that: it waits for the stale one to fire.
+	if d.ask(200) {
+		t.Fatal("a later deadline moved the socket's at once")
+	}
+	if at, again := d.fired(130); !again || at.UnixNano() != 200 {
+		t.Fatalf("fired at 130: %v %v, want 200, true", at, again)
+	}
+	d.ask(0)
+	if at, again := d.fired(210); !again || !at.IsZero() {
+		t.Fatalf("fired with none asked for: %v %v, want the zero time, true", at, again)
+	}
+}
+
+// TestRawConnDeadlines: through the proxy's client listener, a later read
+// deadline takes over when the earlier one fires (the read goes on), and
+// an earlier one ends a read at once.
+func TestRawConnDeadlines(t *testing.T) {
+	if !rawIO {
+		t.Skip("no raw I/O on this platform")
+	}
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := withRawIO(tcp)
+	defer ln.Close()
+	peer, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.(*rawConn); !ok {
+		t.Fatalf("accepted a %T", c)
+	}
+
+	first := time.Now().Add(20 * time.Millisecond)
+	c.SetReadDeadline(first)
+	c.SetReadDeadline(time.Now().Add(defaultTestTimeout)) // later: kept aside
+	go func() {
+		time.Sleep(time.Until(first) + 30*time.Millisecond) // past the first, so that it fires
+		peer.Write([]byte("hello"))
+	}()
+	b := make([]byte, 16)
+	if n, err := c.Read(b); err != nil || string(b[:n]) != "hello" {
+		t.Fatalf("read after the first deadline passed: %q, %v; want hello", b[:n], err)
+	}
+
+	c.SetReadDeadline(time.Now().Add(time.Millisecond)) // earlier: at once
+	if _, err := c.Read(b); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past an earlier deadline: %v, want a timeout", err)
 	}
 }
