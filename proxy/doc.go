@@ -83,9 +83,8 @@
 // times a second. Deadlines are moved lazily, each move being a change to
 // a runtime timer: a client connection's deadline asked for later than the
 // one set is set only when that one fires, and the read or write goes on
-// (fasthttp asks three times per request), and an owner connection's read
-// deadline is moved only when it drifted by an eighth of UpstreamTimeout,
-// so that an attempt may time out that much early.
+// (fasthttp asks three times per request); an owner connection's read
+// deadline the same way.
 //
 // The request head is the client's as fasthttp parsed it, with the edits
 // above, written in one system call with its body. The answer's head is

@@ -156,7 +156,7 @@ func (p *Proxy) attempt(ctx *fasthttp.RequestCtx, c *counterShard, pick lb.Pick,
 	start := int64(now.Sub(epoch))
 	resp := &ctx.Response
 	resp.Reset()
-	keep, err := conn.roundTrip(&ctx.Request, resp, now, p.cfg.UpstreamTimeout, p.cfg.UpstreamTimeout/8, deadline)
+	keep, err := conn.roundTrip(&ctx.Request, resp, now, p.cfg.UpstreamTimeout, deadline)
 	end := conn.readTime.Load()
 	if err != nil {
 		end = int64(time.Since(epoch))

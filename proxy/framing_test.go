@@ -149,7 +149,7 @@ func answer(in []byte, step int, method string) (*fasthttp.Response, bool, error
 	req.Header.SetMethod(method)
 	req.SetRequestURI("http://owner/x")
 	resp := new(fasthttp.Response)
-	keep, err := c.roundTrip(&req, resp, time.Now(), time.Second, 0, time.Now().Add(time.Second))
+	keep, err := c.roundTrip(&req, resp, time.Now(), time.Second, time.Now().Add(time.Second))
 	return resp, keep, err
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -47,7 +48,8 @@ type upConn struct {
 	readN      int
 	ioErr      error
 
-	deadline time.Time // the read deadline set
+	deadline time.Time // the read deadline set on the socket
+	want     time.Time // the attempt's read deadline
 	idleAt   int64     // when it was last put back, ns since epoch
 
 	// wrote and readTime are when the request was sent and when bytes of
@@ -90,13 +92,17 @@ func newUpConn(nc net.Conn, pool *connPool) *upConn {
 // roundTrip sends req and reads the owner's answer into resp. resp is
 // filled only when err is nil; keep reports whether the connection may
 // carry another request.
-func (c *upConn) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, now time.Time, timeout, slack time.Duration, deadline time.Time) (keep bool, err error) {
+//
+// The read deadline is moved lazily, as a client connection's
+// (rawConn): an earlier one at once, a later one when the one set fires.
+func (c *upConn) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, now time.Time, timeout time.Duration, deadline time.Time) (keep bool, err error) {
 	c.wrote.Store(int64(now.Sub(epoch)))
 	want := now.Add(timeout)
 	if deadline.Before(want) {
 		want = deadline
 	}
-	if c.deadline.After(want) || c.deadline.Before(want.Add(-slack)) {
+	c.want = want
+	if c.deadline.IsZero() || want.Before(c.deadline) {
 		if err := c.nc.SetReadDeadline(want); err != nil {
 			return false, err
 		}
@@ -187,7 +193,11 @@ func (c *upConn) exchange(deadline time.Time) error {
 		return c.fill()
 	}
 	c.pending, c.sent, c.readN, c.ioErr = c.wbuf, false, 0, nil
-	if err := c.raw.Read(c.exchangeFn); err != nil {
+	err := c.raw.Read(c.exchangeFn)
+	for err != nil && c.rearm(err) {
+		err = c.raw.Read(c.exchangeFn) // reads, or writes if it had not
+	}
+	if err != nil {
 		return err
 	}
 	if c.ioErr != nil {
@@ -263,7 +273,11 @@ func (c *upConn) fill() error {
 	}
 	if c.raw != nil {
 		c.readN, c.ioErr = 0, nil
-		if err := c.raw.Read(c.readFn); err != nil {
+		err := c.raw.Read(c.readFn)
+		for err != nil && c.rearm(err) {
+			err = c.raw.Read(c.readFn)
+		}
+		if err != nil {
 			return err
 		}
 		if c.ioErr != nil {
@@ -272,6 +286,9 @@ func (c *upConn) fill() error {
 		return c.got(c.readN)
 	}
 	n, err := c.nc.Read(c.buf[c.w:])
+	for n == 0 && err != nil && c.rearm(err) {
+		n, err = c.nc.Read(c.buf[c.w:])
+	}
 	if err != nil && n == 0 {
 		if err == io.EOF {
 			return io.ErrUnexpectedEOF
@@ -279,6 +296,16 @@ func (c *upConn) fill() error {
 		return err
 	}
 	return c.got(n)
+}
+
+// rearm reports whether err is the socket's read deadline firing before
+// the one the attempt asked for, moving it there: the read goes on.
+func (c *upConn) rearm(err error) bool {
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !c.want.After(c.deadline) || !time.Now().Before(c.want) {
+		return false
+	}
+	c.deadline = c.want
+	return c.nc.SetReadDeadline(c.want) == nil
 }
 
 // got accounts for n bytes read into buf.

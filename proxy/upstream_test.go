@@ -275,3 +275,37 @@ func TestRawConnDeadlines(t *testing.T) {
 		t.Fatalf("read past an earlier deadline: %v, want a timeout", err)
 	}
 }
+
+// TestOwnerDeadlineIsTheAttempts: an owner connection keeps the read
+// deadline of its previous attempt until it fires, and then takes the
+// current attempt's: an answer that comes after the earlier one but within
+// UpstreamTimeout of the current attempt is served. (A POST, so that a
+// timed-out attempt would answer 502 instead of being retried.)
+func TestOwnerDeadlineIsTheAttempts(t *testing.T) {
+	const upstream = time.Second
+	o := startOwner(t, "a", func(ctx *fasthttp.RequestCtx) {
+		if d, err := time.ParseDuration(string(ctx.Request.Header.Peek("Delay"))); err == nil {
+			time.Sleep(d) // the owner is slow on purpose
+		}
+		ctx.SetBodyString("a")
+	})
+	p := startProxy(t, func(c *Config) {
+		c.Balancer = newFakeBalancer(to(o.addr, 1), o.addr)
+		c.UpstreamTimeout = upstream
+		c.MaxConnsPerOwner = 1 // the same connection both times
+	})
+	c := newClient(t)
+	url := "http://" + p.Addr().String() + "/"
+	first := time.Now()
+	if resp, body := do(t, c, "POST", url, "x", DefaultHeader, "k"); resp.StatusCode != 200 || body != "a" {
+		t.Fatalf("first: %d %q", resp.StatusCode, body)
+	}
+	// The first attempt's deadline is first+1s; this one's, 0.6 s later.
+	time.Sleep(time.Until(first.Add(600 * time.Millisecond)))
+	if resp, body := do(t, c, "POST", url, "x", DefaultHeader, "k", "Delay", "700ms"); resp.StatusCode != 200 || body != "a" {
+		t.Fatalf("an answer past the previous attempt's deadline but within this one's: %d %q", resp.StatusCode, body)
+	}
+	if s := p.Stats(); s.UpstreamErrors != 0 {
+		t.Fatalf("%d upstream errors", s.UpstreamErrors)
+	}
+}
