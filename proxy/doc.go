@@ -101,7 +101,9 @@
 // Upgrade) or more than eight 1xx answers before the final one. A
 // connection is reused only after a complete answer that left no byte
 // unread and did not say Connection: close; one idle for 10 s is closed
-// when the pool next hands one out.
+// when the pool next hands one out, and one idle for a second is first
+// checked with a non-blocking read, so that a request (a POST, which is not
+// retried) is not sent on a connection the owner closed meanwhile.
 //
 // # Limits and operations
 //

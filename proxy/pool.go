@@ -15,12 +15,19 @@ import (
 // likely to close it under a request.
 const ownerIdleTimeout = 10 * time.Second
 
+// probeAfter is how long a connection must have idled before the pool
+// checks, with one non-blocking read, that the owner has not closed it
+// meanwhile: a request sent on a connection the owner closed fails after
+// sending, and a POST is not retried.
+const probeAfter = time.Second
+
 // connPool is the proxy's connections to one owner: at most max open, the
 // idle ones in a stack (the most recently used first, so that a quiet pool
 // keeps few connections warm), requests beyond max waiting for one.
 type connPool struct {
-	dial func() (net.Conn, error)
-	max  int
+	dial       func() (net.Conn, error)
+	max        int
+	probeAfter atomic.Int64 // ns; probeAfter, or a test's
 
 	mu      sync.Mutex
 	idle    []*upConn
@@ -47,7 +54,7 @@ func newPool(addr string, dial func(string) (net.Conn, error), tlsConf *tls.Conf
 			tlsConf.NextProtos = []string{"http/1.1"}
 		}
 	}
-	return &connPool{
+	p := &connPool{
 		max: max,
 		all: map[*upConn]struct{}{},
 		dial: func() (net.Conn, error) {
@@ -69,6 +76,8 @@ func newPool(addr string, dial func(string) (net.Conn, error), tlsConf *tls.Conf
 			return tc, nil
 		},
 	}
+	p.probeAfter.Store(int64(probeAfter))
+	return p
 }
 
 // get returns an idle connection, a new one, or, when max are open, the
@@ -91,6 +100,11 @@ func (p *connPool) get(now, deadline time.Time) (c *upConn, idle bool, err error
 		p.idle[len(p.idle)-1] = nil
 		p.idle = p.idle[:len(p.idle)-1]
 		p.mu.Unlock()
+		if nowNs-c.idleAt >= p.probeAfter.Load() && !c.usable() {
+			p.discard(c)
+			p.mu.Lock()
+			continue
+		}
 		return c, true, nil
 	}
 	if p.open < p.max {

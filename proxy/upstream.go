@@ -425,6 +425,29 @@ func (c *upConn) readLine() ([]byte, error) {
 	}
 }
 
+// usable reports whether an idle connection can carry a request: on plain
+// TCP, one non-blocking read must find nothing (neither the end of the
+// connection nor bytes no request asked for). Elsewhere it cannot tell
+// without reading, and says yes.
+func (c *upConn) usable() bool {
+	if c.raw == nil {
+		return true
+	}
+	// The last attempt's deadline may have passed: clear it (roundTrip
+	// sets the next one).
+	if c.nc.SetReadDeadline(time.Time{}) != nil {
+		return false
+	}
+	c.deadline = time.Time{}
+	ok := false
+	err := c.raw.Read(func(fd uintptr) bool {
+		_, e := rawRead(fd, c.buf[:1])
+		ok = e == syscall.EAGAIN
+		return true
+	})
+	return err == nil && ok
+}
+
 // waiting reports whether c sent a request at least grace ago and has read
 // nothing since.
 func (c *upConn) waiting(grace time.Duration) bool {

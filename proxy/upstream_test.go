@@ -309,3 +309,46 @@ func TestOwnerDeadlineIsTheAttempts(t *testing.T) {
 		t.Fatalf("%d upstream errors", s.UpstreamErrors)
 	}
 }
+
+// TestStaleIdleConnection: an owner that closes a kept-alive connection
+// while it idles in the pool does not cost a POST its answer: the pool
+// finds the connection closed before sending and dials a new one.
+func TestStaleIdleConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	closed := make(chan struct{}, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				var req fasthttp.Request
+				if req.Read(bufio.NewReader(c)) == nil {
+					// Kept alive by its headers, then closed at once.
+					c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+				}
+				c.Close()
+				closed <- struct{}{}
+			}(c)
+		}
+	}()
+	addr := ln.Addr().String()
+	p := startProxy(t, func(c *Config) { c.Balancer = newFakeBalancer(to(addr, 1), addr) })
+	p.owners.get(addr).pool.probeAfter.Store(0) // probe every idle connection
+	c := newClient(t)
+	url := "http://" + p.Addr().String() + "/"
+	for i := range 3 {
+		if resp, body := do(t, c, "POST", url, "x", DefaultHeader, "k"); resp.StatusCode != 200 || body != "ok" {
+			t.Fatalf("POST %d: %d %q", i, resp.StatusCode, body)
+		}
+		recv(t, "the owner's close", closed)
+	}
+	if s := p.Stats(); s.UpstreamErrors != 0 {
+		t.Fatalf("%d upstream errors", s.UpstreamErrors)
+	}
+}
