@@ -282,7 +282,7 @@ func TestRawConnDeadlines(t *testing.T) {
 // UpstreamTimeout of the current attempt is served. (A POST, so that a
 // timed-out attempt would answer 502 instead of being retried.)
 func TestOwnerDeadlineIsTheAttempts(t *testing.T) {
-	const upstream = time.Second
+	const upstream = 2 * time.Second
 	o := startOwner(t, "a", func(ctx *fasthttp.RequestCtx) {
 		if d, err := time.ParseDuration(string(ctx.Request.Header.Peek("Delay"))); err == nil {
 			time.Sleep(d) // the owner is slow on purpose
@@ -300,9 +300,11 @@ func TestOwnerDeadlineIsTheAttempts(t *testing.T) {
 	if resp, body := do(t, c, "POST", url, "x", DefaultHeader, "k"); resp.StatusCode != 200 || body != "a" {
 		t.Fatalf("first: %d %q", resp.StatusCode, body)
 	}
-	// The first attempt's deadline is first+1s; this one's, 0.6 s later.
-	time.Sleep(time.Until(first.Add(600 * time.Millisecond)))
-	if resp, body := do(t, c, "POST", url, "x", DefaultHeader, "k", "Delay", "700ms"); resp.StatusCode != 200 || body != "a" {
+	// The first attempt's deadline is first+2s; this one's, 1.2 s later.
+	// The answer comes about 2.5 s after first: 0.5 s after the first
+	// deadline, 0.7 s before its own.
+	time.Sleep(time.Until(first.Add(1200 * time.Millisecond)))
+	if resp, body := do(t, c, "POST", url, "x", DefaultHeader, "k", "Delay", "1300ms"); resp.StatusCode != 200 || body != "a" {
 		t.Fatalf("an answer past the previous attempt's deadline but within this one's: %d %q", resp.StatusCode, body)
 	}
 	if s := p.Stats(); s.UpstreamErrors != 0 {
