@@ -407,4 +407,3 @@ func (h *proxyHub) handle(ss *proxySession, reg *fugev1.ProxyRegister, m *fugev1
 	}
 	return nil
 }
-
