@@ -151,4 +151,3 @@ func (c *cli) editRateLimits(ctx context.Context, ns string, edit func([]rateLim
 	}
 	return c.rateLimitTable(out)
 }
-
