@@ -53,6 +53,9 @@ type Stats struct {
 // the newest one delivers everything the lost ones carried.
 type link struct {
 	seq, acked uint64 // last pushed to the peer, and the last it acked
+	// unackedSince is the epoch of the oldest push the peer has not
+	// acknowledged, 0 if it has acknowledged them all.
+	unackedSince uint64
 	sigW       float64
 	sig        map[int32]float64
 	inSeq      uint64 // last applied from the peer
@@ -309,6 +312,9 @@ func (n *Node) push() []Message {
 		if !fresh {
 			n.stats.Resent++
 		}
+		if l.acked >= l.seq {
+			l.unackedSince = n.stats.Epochs
+		}
 		l.seq++
 		m := n.msg(j)
 		m.Seq, m.W = l.seq, l.sigW
@@ -367,6 +373,9 @@ func (n *Node) Receive(m Message) (Message, bool) {
 	if m.Ack {
 		if m.Seq <= l.seq {
 			l.acked = max(l.acked, m.Seq)
+			if l.acked >= l.seq {
+				l.unackedSince = 0
+			}
 		}
 		return Message{}, false
 	}
@@ -389,6 +398,31 @@ func (n *Node) Receive(m Message) (Message, bool) {
 	ack := n.msg(m.From)
 	ack.Ack, ack.Seq = true, l.inSeq
 	return ack, true
+}
+
+// BrokenLinks lists the members this node has pushed to without an
+// acknowledgement for at least epochs epochs (resending every epoch): the
+// links to report to the manager and to relay through it.
+func (n *Node) BrokenLinks(epochs uint64) []string {
+	if !n.inView() || n.cfg.UnsafePlainPushSum {
+		return nil
+	}
+	var out []string
+	for _, j := range sortedLinks(n.links) {
+		l := n.links[j]
+		if l.unackedSince != 0 && n.stats.Epochs-l.unackedSince >= epochs {
+			out = append(out, n.view.Members[j])
+		}
+	}
+	return out
+}
+
+// Member returns the name of member i of the current view.
+func (n *Node) Member(i uint32) (string, bool) {
+	if !n.hasView || int(i) >= len(n.view.Members) {
+		return "", false
+	}
+	return n.view.Members[i], true
 }
 
 // Stats returns the node's counters.

@@ -286,3 +286,30 @@ func FuzzDecodeMessage(f *testing.F) {
 		}
 	})
 }
+
+func TestBrokenLinks(t *testing.T) {
+	names := []string{"p0", "p1", "p2"}
+	var nodes []*Node
+	for _, nm := range names {
+		n := newNode(t, nm, NodeConfig{Fanout: 2}, Limit{Name: "a", Requests: 100})
+		n.SetView(View{ID: 1, Members: names, Registered: 3})
+		nodes = append(nodes, n)
+	}
+	// p2 is silent: it receives but never answers. After 3 epochs of
+	// resends, p0 and p1 name it; p2 names nobody it hears from.
+	for e := int64(1); e <= 4; e++ {
+		for i, n := range nodes {
+			n.Limiters()[0].Allow([]byte("k"), e*epoch)
+			for _, m := range n.Tick(e * epoch) {
+				if a, ok := nodes[m.To].Receive(m); ok && m.To != 2 {
+					nodes[i].Receive(a)
+				}
+			}
+		}
+	}
+	for i, want := range [][]string{{"p2"}, {"p2"}, nil} {
+		if got := nodes[i].BrokenLinks(3); !slices.Equal(got, want) {
+			t.Errorf("p%d broken links %q, want %q", i, got, want)
+		}
+	}
+}
