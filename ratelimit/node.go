@@ -56,11 +56,11 @@ type link struct {
 	// unackedSince is the epoch of the oldest push the peer has not
 	// acknowledged, 0 if it has acknowledged them all.
 	unackedSince uint64
-	sigW       float64
-	sig        map[int32]float64
-	inSeq      uint64 // last applied from the peer
-	rhoW       float64
-	rho        map[int32]float64
+	sigW         float64
+	sig          map[int32]float64
+	inSeq        uint64 // last applied from the peer
+	rhoW         float64
+	rho          map[int32]float64
 }
 
 // Node is one proxy's limiters and its push-sum state: a pure core. The
