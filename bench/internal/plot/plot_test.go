@@ -43,5 +43,3 @@ func TestPlotsSave(t *testing.T) {
 		t.Fatal("no bar drawn")
 	}
 }
-
-
