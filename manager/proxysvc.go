@@ -361,7 +361,7 @@ func (h *proxyHub) closed(ss *proxySession, clean bool) {
 	}
 	delete(n.sessions, ss.name)
 	if clean {
-		delete(n.core.regs, ss.name)
+		n.core.leave(ss.name)
 	}
 }
 

@@ -21,6 +21,14 @@ const (
 	DefaultViewInterval = 3 * time.Second
 	// maxProxiesPerNamespace bounds the registrations of one namespace.
 	maxProxiesPerNamespace = 10_000
+	// ghostLeases is how many lease times an expired registration is still
+	// counted in N_registered: a proxy cut off from the managers admits its
+	// panic share L/N_registered with the N it last heard, so the manager
+	// must not shrink N the moment it stops hearing from it (after a pause
+	// of the managers every registration expires at once, and a view with
+	// N = 1 would give its first member all of L while the others admit
+	// theirs).
+	ghostLeases = 8
 )
 
 // ViewMember is one member of a proxy view.
@@ -50,13 +58,15 @@ type proxyReg struct {
 type viewCore struct {
 	lease, interval time.Duration
 	regs            map[string]*proxyReg
-	current         ProxyView // the last view committed
+	ghosts          map[string]time.Time // expired registrations, by when they expired
+	current         ProxyView            // the last view committed
 	lastChange      time.Time // when the last view was proposed
+	lastTick        time.Time
 	pending         bool      // a proposal is being committed
 }
 
 func newViewCore(lease, interval time.Duration) *viewCore {
-	return &viewCore{lease: lease, interval: interval, regs: map[string]*proxyReg{}}
+	return &viewCore{lease: lease, interval: interval, regs: map[string]*proxyReg{}, ghosts: map[string]time.Time{}}
 }
 
 // hold is how long the manager keeps a registration after a renewal.
@@ -87,6 +97,7 @@ func (c *viewCore) register(name, addr string, incarnation uint64, now time.Time
 		}
 		r = &proxyReg{name: name}
 		c.regs[name] = r
+		delete(c.ghosts, name)
 	}
 	r.addr, r.incarnation, r.renewed = addr, incarnation, now
 	return true
@@ -117,13 +128,18 @@ func (c *viewCore) report(id uint64, broken []string, now time.Time) {
 	}
 }
 
-// registered counts the registrations held.
-func (c *viewCore) registered() int { return len(c.regs) }
+// registered counts the registrations held, and the expired ones still
+// counted (ghostLeases).
+func (c *viewCore) registered() int { return len(c.regs) + len(c.ghosts) }
+
+// leave drops a registration whose proxy closed its session: it has
+// stopped admitting, so it is not counted on.
+func (c *viewCore) leave(name string) { delete(c.regs, name) }
 
 // desired is the view the registrations call for: the members renewing on
-// time, and every registration still held.
+// time, and every registration held or recently expired.
 func (c *viewCore) desired(now time.Time) ProxyView {
-	v := ProxyView{Namespace: c.current.Namespace, Registered: len(c.regs)}
+	v := ProxyView{Namespace: c.current.Namespace, Registered: c.registered()}
 	for _, r := range c.regs {
 		if now.Sub(r.renewed) <= c.suspect() {
 			v.Members = append(v.Members, ViewMember{Name: r.name, GossipAddr: r.addr})
@@ -137,9 +153,24 @@ func (c *viewCore) desired(now time.Time) ProxyView {
 // commit, if the registrations call for a different one and the last
 // change is at least interval old.
 func (c *viewCore) tick(now time.Time) (ProxyView, bool) {
+	if !c.lastTick.IsZero() && now.Sub(c.lastTick) > c.hold() {
+		// This manager did not run for longer than a hold (paused, or its
+		// machine was): it cannot tell who stopped renewing, so it counts
+		// every registration as renewed now, as a new leader does.
+		for _, r := range c.regs {
+			r.renewed = now
+		}
+	}
+	c.lastTick = now
 	for name, r := range c.regs {
 		if now.Sub(r.renewed) > c.hold() {
 			delete(c.regs, name)
+			c.ghosts[name] = now
+		}
+	}
+	for name, at := range c.ghosts {
+		if now.Sub(at) > ghostLeases*c.lease {
+			delete(c.ghosts, name)
 		}
 	}
 	if c.pending || (c.current.ID != 0 && now.Sub(c.lastChange) < c.interval) {

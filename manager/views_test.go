@@ -41,8 +41,8 @@ func TestViewCoreDampedChanges(t *testing.T) {
 	}
 	v.ID = 9
 	c.committed(v, true)
-	// p3 stops renewing: left out after 2.5 s (suspect), still counted
-	// registered until its hold (4.33 s) passes.
+	// p3 stops renewing: left out after 2.5 s (suspect), and counted
+	// registered until its hold (4.33 s) and ghostLeases (32 s) pass.
 	at2 := at.Add(3 * time.Second)
 	renewAll(at2, "p1", "p2")
 	v, ok = c.tick(at2)
@@ -53,12 +53,35 @@ func TestViewCoreDampedChanges(t *testing.T) {
 	c.committed(v, true)
 	at3 := at2.Add(3 * time.Second)
 	renewAll(at3, "p1", "p2")
-	v, ok = c.tick(at3)
-	if !ok || len(v.Members) != 2 || v.Registered != 2 {
-		t.Fatalf("p3 expired: %+v %v", v, ok)
+	if v, ok := c.tick(at3); ok {
+		t.Fatalf("p3 expired, but it may still admit its panic share: no change of N yet: %+v", v)
 	}
 	if !c.renew("p1", at3) || c.renew("p3", at3) {
 		t.Fatal("renew: p1 registered, p3 expired")
+	}
+	at4 := at3.Add(33 * time.Second)
+	renewAll(at4, "p1", "p2")
+	v, ok = c.tick(at4)
+	if !ok || len(v.Members) != 2 || v.Registered != 2 {
+		t.Fatalf("p3 forgotten after ghostLeases: %+v %v", v, ok)
+	}
+	// A pause of the manager (no tick for longer than a hold) expires
+	// nobody: it cannot tell who stopped renewing.
+	v.ID = 13
+	c.committed(v, true)
+	at5 := at4.Add(10 * time.Second)
+	if v, ok := c.tick(at5); ok {
+		t.Fatalf("a pause of the manager changed the view: %+v", v)
+	}
+	// A proxy that stays away is then left out and, later, expires; N
+	// holds (ghostLeases) while it may still admit its panic share.
+	at6 := at5.Add(4500 * time.Millisecond)
+	c.renew("p1", at5.Add(2*time.Second))
+	c.tick(at5.Add(2 * time.Second)) // the leader ticks every 100 ms
+	c.renew("p1", at6)
+	v, ok = c.tick(at6)
+	if !ok || len(v.Members) != 1 || v.Registered != 2 {
+		t.Fatalf("p2 away after the pause: %+v %v, want p1 alone of 2 registered", v, ok)
 	}
 }
 

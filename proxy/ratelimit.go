@@ -80,6 +80,7 @@ type rateLimiter struct {
 	sendSeqs map[uint64]time.Time    // renewals in flight: when each was sent
 	session  fugev1.ProxyService_SessionClient
 	limitsV  uint64
+	lastView *fugev1.ViewUpdate // the newest view the manager sent
 	rng      *rand.Rand
 
 	sendMu sync.Mutex // a gRPC stream allows one sender at a time
@@ -468,6 +469,11 @@ func (r *rateLimiter) runSession(addr string) (ok bool, leader string) {
 			if sent, found := r.sendSeqs[m.Renewed.Seq]; found {
 				r.lease = sent.Add(time.Duration(m.Renewed.LeaseMs) * time.Millisecond)
 				delete(r.sendSeqs, m.Renewed.Seq)
+				// Registered again after losing the lease: the session is
+				// ordered, so the last view it sent is still the current one.
+				if !r.node.Stats().InView && r.lastView != nil && time.Now().Before(r.lease) {
+					r.setViewLocked(r.lastView)
+				}
 			}
 			r.node.SetRegistered(int(m.Renewed.Registered))
 			select {
@@ -477,6 +483,7 @@ func (r *rateLimiter) runSession(addr string) (ok bool, leader string) {
 		case *fugev1.ProxySessionResponse_Limits:
 			r.setLimitsLocked(m.Limits)
 		case *fugev1.ProxySessionResponse_View:
+			r.lastView = m.View
 			r.setViewLocked(m.View)
 		case *fugev1.ProxySessionResponse_Relay:
 			r.mu.Unlock()

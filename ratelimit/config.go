@@ -182,10 +182,10 @@ type NodeConfig struct {
 	// epoch (default 2, at most 16).
 	Fanout int
 	// DemandSmoothing is the weight of the previous demand estimate in each
-	// epoch's EWMA (default 0.5; 0 keeps only the last epoch).
+	// epoch's EWMA (default 0.2; 0 keeps only the last epoch).
 	DemandSmoothing float64
 	// ShareSmoothing is the weight of the previous share in each epoch's
-	// EWMA (default 0.3); it also blends the share across a view change.
+	// EWMA (default 0.2); it also blends the share across a view change.
 	ShareSmoothing float64
 	// MaxGossipKeys bounds the keys a node carries in push-sum (default:
 	// the sum of its limits' MaxKeys, at least 1024). Mass for keys beyond
@@ -217,10 +217,10 @@ func (c NodeConfig) WithDefaults() NodeConfig {
 		c.Fanout = DefaultFanout
 	}
 	if c.DemandSmoothing == 0 {
-		c.DemandSmoothing = 0.5
+		c.DemandSmoothing = 0.2
 	}
 	if c.ShareSmoothing == 0 {
-		c.ShareSmoothing = 0.3
+		c.ShareSmoothing = 0.2
 	}
 	return c
 }

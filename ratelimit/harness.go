@@ -39,8 +39,8 @@ type HarnessResult struct {
 	// before the change, L·|V2|/N after it).
 	Err, Admitted []float64
 	// Converged is the number of epochs after the view change until every
-	// member's estimate was within 5% and the fleet's admitted rate within
-	// ±5% of L, and stayed so; -1 if never.
+	// member's estimate was within 5% and the view's admitted rate within
+	// ±5% of its part of L, for three epochs in a row; -1 if never.
 	Converged int
 	// Steady is the mean admitted/L over the last quarter of the run.
 	Steady float64
@@ -260,15 +260,11 @@ func RunHarness(c HarnessConfig) (HarnessResult, error) {
 		res.Outside = outsideAdm / (float64(nb) * c.Limit / float64(c.Nodes) * c.Epoch.Seconds() * float64(c.Epochs-q4))
 	}
 	if c.ChangeAt > 0 {
-		for e := c.Epochs - 1; e >= c.ChangeAt; e-- {
-			if res.Err[e] >= 0.05 || math.Abs(res.Admitted[e]-1) > 0.05 {
-				if e+1 < c.Epochs {
-					res.Converged = e + 1 - c.ChangeAt
-				}
+		ok := func(e int) bool { return res.Err[e] < 0.05 && math.Abs(res.Admitted[e]-1) <= 0.05 }
+		for e := c.ChangeAt; e+2 < c.Epochs; e++ {
+			if ok(e) && ok(e+1) && ok(e+2) {
+				res.Converged = e - c.ChangeAt
 				break
-			}
-			if e == c.ChangeAt {
-				res.Converged = 0
 			}
 		}
 	}
