@@ -60,9 +60,9 @@ type viewCore struct {
 	regs            map[string]*proxyReg
 	ghosts          map[string]time.Time // expired registrations, by when they expired
 	current         ProxyView            // the last view committed
-	lastChange      time.Time // when the last view was proposed
+	lastChange      time.Time            // when the last view was proposed
 	lastTick        time.Time
-	pending         bool      // a proposal is being committed
+	pending         bool // a proposal is being committed
 }
 
 func newViewCore(lease, interval time.Duration) *viewCore {
