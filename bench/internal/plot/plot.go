@@ -298,3 +298,16 @@ func (c Canvas) Save(path string) error {
 	}
 	return f.Close()
 }
+
+// Caption is a strip of text lines, to stack under a plot.
+func Caption(lines ...string) Canvas {
+	w := 0
+	for _, l := range lines {
+		w = max(w, textW(l)+20)
+	}
+	c := newCanvas(max(w, 200), 10+len(lines)*(charH+8))
+	for i, l := range lines {
+		c.text(10, 6+i*(charH+8), l, black)
+	}
+	return c
+}

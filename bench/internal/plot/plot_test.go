@@ -10,7 +10,8 @@ import (
 func TestPlotsSave(t *testing.T) {
 	c := Stack(
 		HBars("bars", "req/s", []Bar{{Label: "a", V: 10, Lo: 8, Hi: 12}, {Label: "b", V: 3, Color: 1}}),
-		Lines("lines", "s", "ratio", []string{"0", "", "2"}, []Series{{Name: "x", Y: []float64{1, 0.9, 1.05}}}))
+		Lines("lines", "s", "ratio", []string{"0", "", "2"}, []Series{{Name: "x", Y: []float64{1, 0.9, 1.05}}}),
+		Caption("25s: an event", "33s: another"))
 	path := filepath.Join(t.TempDir(), "p.png")
 	if err := c.Save(path); err != nil {
 		t.Fatal(err)
@@ -24,9 +25,9 @@ func TestPlotsSave(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Two bars (50 + 2x36 + 50) above a 540-pixel line plot, as wide as
-	// the wider.
-	if b := img.Bounds(); b.Dy() != 172+540 || b.Dx() != 1150 {
+	// Two bars (50 + 2x36 + 50) above a 540-pixel line plot and two lines
+	// of caption (10 + 2x24), as wide as the widest.
+	if b := img.Bounds(); b.Dy() != 172+540+58 || b.Dx() != 1150 {
 		t.Fatalf("size %v", b)
 	}
 	// The bar a is drawn in the first palette color somewhere.
