@@ -101,6 +101,7 @@ func TestRateLimitFleet(t *testing.T) {
 	resp.Body.Close()
 
 	var proxies []*Proxy
+	var stops []func()
 	for _, name := range []string{"p1", "p2"} {
 		p := startProxy(t, func(c *Config) { c.Balancer = newFakeBalancer(to(owner.addr, 1), owner.addr) })
 		stop, err := p.EnableRateLimits(RateLimitConfig{Name: name, Epoch: 100 * time.Millisecond, Managers: []string{m.GRPCAddr},
@@ -110,6 +111,7 @@ func TestRateLimitFleet(t *testing.T) {
 		}
 		t.Cleanup(stop)
 		proxies = append(proxies, p)
+		stops = append(stops, stop)
 	}
 	fugetest.Eventually(t, "both proxies in one view of two", func() bool {
 		for _, p := range proxies {
@@ -138,6 +140,15 @@ func TestRateLimitFleet(t *testing.T) {
 	if ok < 2 || ok > 30 {
 		t.Fatalf("admitted %d of 40 at one proxy of two under 20/s", ok)
 	}
+
+	// p2 vanishes without a goodbye: after its suspect time (5/8 of the
+	// 4 s registration) p1 gets a view of its own, still counting p2
+	// registered (it may be admitting its panic share somewhere).
+	stops[1]()
+	fugetest.Eventually(t, "a view without p2", func() bool {
+		s, _ := proxies[0].RateLimitStatus()
+		return s.Node.InView && s.Node.Members == 1 && s.Node.Registered == 2
+	})
 
 	// A proxy certificate names one proxy: registering as another is refused.
 	cc, err := grpc.NewClient(m.GRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(m.Source(t, fugetls.ProxyID("p1")).ClientConfig(fugetls.RoleManager))))
