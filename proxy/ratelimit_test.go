@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"testing"
@@ -166,4 +168,87 @@ func TestRateLimitFleet(t *testing.T) {
 	if _, err := stream.Recv(); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("registering as p3 with p1's certificate: %v", err)
 	}
+}
+
+// TestRateLimitRelay cuts p1's direct link to p2 (its pushes go to a
+// socket that drops them): after a few epochs without acknowledgements p1
+// sends them through the manager too, and its estimate of the fleet's
+// demand still counts p2's.
+func TestRateLimitRelay(t *testing.T) {
+	m := fugetest.StartManager(t, fugetest.Options{})
+	owner := startOwner(t, "a", nil)
+	body := `{"limits":[{"name":"t","header":"X-Tenant","requests":1000,"period":"1s"}]}`
+	req, _ := http.NewRequest(http.MethodPut, m.AdminURL("/v1/namespaces/"+m.NS+"/ratelimits"), bytes.NewBufferString(body))
+	resp, err := m.AdminClient().Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("PUT limits: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	var proxies []*Proxy
+	for _, name := range []string{"p1", "p2"} {
+		p := startProxy(t, func(c *Config) { c.Balancer = newFakeBalancer(to(owner.addr, 1), owner.addr) })
+		stop, err := p.EnableRateLimits(RateLimitConfig{Name: name, Epoch: 50 * time.Millisecond, Managers: []string{m.GRPCAddr}, Namespace: m.NS})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		proxies = append(proxies, p)
+	}
+	fugetest.Eventually(t, "one view of two", func() bool {
+		for _, p := range proxies {
+			if s, _ := p.RateLimitStatus(); !s.Node.InView || s.Node.Members != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	// A UDP socket that reads and drops: p1's direct pushes to p2 vanish.
+	sinkhole, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sinkhole.Close()
+	go func() {
+		buf := make([]byte, 1<<16)
+		for {
+			if _, _, err := sinkhole.ReadFromUDP(buf); err != nil {
+				return
+			}
+		}
+	}()
+	r1 := proxies[0].rl.Load()
+	r1.mu.Lock()
+	r1.addrs["p2"] = sinkhole.LocalAddr().(*net.UDPAddr)
+	r1.mu.Unlock()
+	// Ten times p2's demand at p1, whose pushes (and acknowledgements)
+	// reach p2 only through the manager: without the relay p2 hears
+	// nothing of p1, its weight drains into the link, and its estimate
+	// runs away from the total.
+	c := newClient(t)
+	url1, url2 := "http://"+proxies[0].Addr().String()+"/", "http://"+proxies[1].Addr().String()+"/"
+	fugetest.Eventually(t, "p1 to relay and p2 to count p1's demand", func() bool {
+		for range 10 {
+			do(t, c, "GET", url1, "", DefaultHeader, "k", "X-Tenant", "acme")
+		}
+		do(t, c, "GET", url2, "", DefaultHeader, "k", "X-Tenant", "acme")
+		s1, _ := proxies[0].RateLimitStatus()
+		s2, _ := proxies[1].RateLimitStatus()
+		if s1.Relayed == 0 {
+			return false
+		}
+		total, est := 0.0, 0.0
+		for _, s := range []RateLimitStatus{s1, s2} {
+			for _, k := range s.Keys {
+				if k.Key == "acme" {
+					total += k.Demand
+				}
+			}
+		}
+		for _, k := range s2.Keys {
+			if k.Key == "acme" {
+				est = k.Estimate
+			}
+		}
+		return total > 0 && math.Abs(est-total) < 0.25*total
+	})
 }
