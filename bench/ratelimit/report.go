@@ -262,6 +262,7 @@ func (r *report) markdown() string {
 	for _, rd := range r.runs {
 		over := rd.over(c.limit)
 		p("## Run %s (gossip loss %.0f%%)\n\n", rd.name, rd.loss*100)
+		p("%d CPUs, shared with everything else on the machine; load average %s when the load started.\n\n", rd.cpus, rd.load)
 		p("Steady state (%v to %v): admitted/limit **%.3f**; the static L/N split over the same offered load: %.3f.\n\n",
 			rd.steady[0], rd.steady[1], r.steady(rd), rd.meanOver(rd.steady[0], rd.steady[1], func(w int) float64 { return rd.static(w, c.limit, over) }))
 		p("| tenant | demand/s | L/s | admitted/L, 1 s windows: mean (min-max) | 10 s windows: mean (min-max) |\n|---|---|---|---|---|\n")

@@ -5,6 +5,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -25,6 +27,7 @@ type event struct {
 // runData is what one run recorded.
 type runData struct {
 	name     string
+	cpus     int
 	loss     float64
 	win      time.Duration
 	windows  int
@@ -42,6 +45,7 @@ type runData struct {
 	viewID   [][]uint64 // [window][proxy] the last view id seen
 	members  [][]int    // [window][proxy] the members of that view (0: in none)
 	register int        // N_registered as the proxies last saw it
+	load     string     // /proc/loadavg's 1-minute figure at the start of the load
 	hotUntil time.Duration
 }
 
@@ -59,7 +63,7 @@ func scenario(c config, dir, bin, name string, loss float64, d time.Duration, ev
 	defer ps.stopAll()
 	win := c.epoch
 	windows := int(d/win) + 2
-	rd := &runData{name: name, loss: loss, win: win, windows: windows, steady: steady, events: events, proxies: c.proxies,
+	rd := &runData{name: name, cpus: runtime.NumCPU(), loss: loss, win: win, windows: windows, steady: steady, events: events, proxies: c.proxies,
 		got: newCounts(windows, c.proxies, c.tenants), offered: newCounts(windows, c.proxies, c.tenants),
 		limited: newCounts(windows, c.proxies, c.tenants), failed: newCounts(windows, c.proxies, c.tenants)}
 	rd.demand = make([]float64, c.tenants)
@@ -99,6 +103,9 @@ func scenario(c config, dir, bin, name string, loss float64, d time.Duration, ev
 	start := time.Now().Truncate(win).Add(win)
 	time.Sleep(time.Until(start))
 	sk.start.Store(start.UnixNano())
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		rd.load = strings.Fields(string(b))[0]
+	}
 	rd.hotUntil = hotUntil
 	g := &loadGen{start: start, win: win, demand: rd.demand, hotEvery: c.hotEvery, hotUntil: hotUntil, proxies: cl.proxies,
 		offered: rd.offered, limited: rd.limited, failed: rd.failed, stop: make(chan struct{})}
