@@ -37,6 +37,9 @@ bench: ## fuge-proxy beside HAProxy, nginx, round-robin (installs them): bench/r
 bench-go: ## Run the Go benchmarks matching BENCH, with allocations
 	go test -run '^$$' -bench '$(strip $(BENCH))' -benchmem ./...
 
+bench-ratelimit: ## Fleet-wide rate limits on 10 real fuge-proxies, 3 managers, faults and 20% gossip loss: bench/results/<date>/ratelimit
+	go run ./bench/ratelimit
+
 bench-manager: ## Measure one manager under 500 owners + 2,000 lookups (PRS §7.1), steady and churn
 	go run ./bench/managerscale -memory-limit 176MiB
 
@@ -59,4 +62,4 @@ clean: ## Remove ./bin and the Go test cache
 	rm -rf bin
 	go clean -testcache
 
-.PHONY: help test vet fmt fuzz bench bench-go bench-manager chaos sim proto demo tidy clean
+.PHONY: help test vet fmt fuzz bench bench-go bench-manager bench-ratelimit chaos sim proto demo tidy clean

@@ -45,6 +45,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/namespaces/{ns}/owners", s.leaderOnly(s.getOwners))
 	mux.HandleFunc("GET /v1/namespaces/{ns}/view", s.leaderOnly(s.getView))
 	mux.HandleFunc("POST /v1/namespaces/{ns}/owners/{name}/drain", s.leaderOnly(s.postDrain))
+	mux.HandleFunc("GET /v1/namespaces/{ns}/ratelimits", s.leaderOnly(s.getRateLimits)) // proxysvc_limits.go
+	mux.HandleFunc("PUT /v1/namespaces/{ns}/ratelimits", s.leaderOnly(s.putRateLimits))
+	mux.HandleFunc("GET /v1/namespaces/{ns}/proxies", s.leaderOnly(s.getProxies))
 	s.registerUI(mux) // the dashboard (/ui/) and the event stream (/v1/events): ui.go
 	return s.guard(mux)
 }

@@ -30,6 +30,9 @@ type command struct {
 	Name      string           `json:"name,omitempty"`
 	Commits   []Commit         `json:"commits,omitempty"`
 	Node      *NodeInfo        `json:"node,omitempty"`
+	// Proxy registrations and rate limits (proxysvc_limits.go).
+	RateLimits *RateLimitSet `json:"rate_limits,omitempty"`
+	ProxyView  *ProxyView    `json:"proxy_view,omitempty"`
 }
 
 // fsmState is the replicated state.
@@ -39,6 +42,9 @@ type fsmState struct {
 	// Index is the raft index of the last entry applied, kept so that a
 	// restored snapshot can version what it tells the RingObserver.
 	Index uint64 `json:"index,omitempty"`
+	// The namespaces' rate limits and proxy views (proxysvc_limits.go).
+	RateLimits map[string]RateLimitSet `json:"rate_limits,omitempty"`
+	ProxyViews map[string]ProxyView    `json:"proxy_views,omitempty"`
 }
 
 // fsm is the raft state machine. Apply is deterministic: it reads no clock
@@ -55,6 +61,8 @@ type fsm struct {
 	// pending holds them until the lock is released.
 	events  *eventHub
 	pending []*hubItem
+	// applying is the raft index of the entry being applied.
+	applying uint64
 }
 
 func newFSM(retention, lease time.Duration, obs Observer) *fsm {
@@ -76,6 +84,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		return fmt.Errorf("manager: undecodable log entry %d: %w", l.Index, err)
 	}
 	f.mu.Lock()
+	f.applying = l.Index
 	res, views, deleted := f.apply(c)
 	f.st.Index = l.Index
 	rings := f.ringNotes(c, res)
@@ -194,6 +203,8 @@ func (f *fsm) apply(c command) (res any, views []viewNote, deleted string) {
 			return fmt.Errorf("%w: %q", ErrUnknownNamespace, c.Name), nil, ""
 		}
 		delete(f.st.Namespaces, c.Name)
+		delete(f.st.RateLimits, c.Name)
+		delete(f.st.ProxyViews, c.Name)
 		f.noteNamespace(EventDelete, c.Name)
 		return nil, nil, c.Name
 	case "commit":
@@ -218,6 +229,8 @@ func (f *fsm) apply(c command) (res any, views []viewNote, deleted string) {
 		}
 		f.st.Nodes[c.Node.ID] = *c.Node
 		return nil, nil, ""
+	case opRateLimits, opProxyView:
+		return f.applyProxy(c, f.applying), nil, ""
 	}
 	return fmt.Errorf("%w: unknown op %q", ErrBadRequest, c.Op), nil, ""
 }

@@ -48,6 +48,7 @@ type Server struct {
 
 	heartbeatTimeout time.Duration // raft's: after it, a standby stops naming the leader
 	sessions         *sessionLimiter
+	proxies          *proxyHub // ProxyService (proxysvc.go); guarded by mu
 
 	mu     sync.Mutex
 	leader *leaderState // non-nil while this node leads
@@ -158,6 +159,7 @@ func (s *Server) Start(register func(*grpc.Server)) (err error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
 	)...)
 	fugev1.RegisterOwnerServiceServer(s.grpc, &ownerService{s: s})
+	fugev1.RegisterProxyServiceServer(s.grpc, s.startProxyService())
 	if register != nil {
 		register(s.grpc)
 	}

@@ -91,6 +91,11 @@ type ServerConfig struct {
 	// certificate's ID, or its IP address without TLS) may open: a token
 	// bucket (defaults DefaultSessionRate per second, DefaultSessionBurst).
 	SessionRate, SessionBurst int
+	// ProxyLease is a rate-limiting proxy's registration T (default
+	// DefaultProxyLease, 4 s) and ViewInterval the least time between two
+	// of a namespace's proxy views (default DefaultViewInterval, 3 s):
+	// proxysvc.go, views.go.
+	ProxyLease, ViewInterval time.Duration
 
 	// TLS, when set, makes every port mutual TLS with its certificates
 	// (see tls.go for who may do what). nil serves plaintext with no

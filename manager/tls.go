@@ -73,6 +73,8 @@ func (s *Server) authorize(ctx context.Context, method string) error {
 	switch {
 	case strings.HasPrefix(method, ownerMethodPrefix):
 		allow = []fugetls.Role{fugetls.RoleOwner}
+	case strings.HasPrefix(method, proxyMethodPrefix): // proxysvc.go checks the name
+		allow = []fugetls.Role{fugetls.RoleProxy}
 	case strings.HasPrefix(method, xdsMethodPrefix):
 		allow = []fugetls.Role{fugetls.RoleProxy, fugetls.RoleAdmin, fugetls.RoleManager}
 	default:

@@ -58,6 +58,9 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, c *counterShard) {
 		p.fail(ctx, fasthttp.StatusBadRequest, msgNoHost)
 		return
 	}
+	if rl := p.rl.Load(); rl != nil && !rl.admit(ctx) { // fleet-wide rate limits: ratelimit.go
+		return
+	}
 	bal, hash := p.bal, uint64(0)
 	switch vs := req.Header.PeekAll(p.cfg.Header); {
 	case len(vs) > 1:

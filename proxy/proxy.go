@@ -32,6 +32,9 @@ type Proxy struct {
 	m        *metrics
 	scratch  sync.Pool // *scratch
 
+	// rl is the fleet-wide rate limits (ratelimit.go); nil: none.
+	rl atomic.Pointer[rateLimiter]
+
 	mu        sync.Mutex
 	running   bool // background started
 	started   bool // Start called
@@ -236,6 +239,7 @@ func (p *Proxy) Healthy() bool {
 func (p *Proxy) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", p.m.handler())
+	mux.HandleFunc("GET /ratelimit", p.serveRateLimit) // ratelimit.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if !p.Healthy() {

@@ -26,4 +26,21 @@ case "${QUICK:-}" in
 "" | 0 | false | no) ;;
 *) args+=(-quick) ;;
 esac
-exec go run ./bench/proxybench "${args[@]}" "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+go run ./bench/proxybench "${args[@]}" "$@" | tee "$log"
+report=$(sed -n 's/^report: \(.*\) took .*/\1/p' "$log")
+
+# Fleet-wide rate limits (issue 16): the admission check's Go benchmarks
+# and bench/ratelimit's run on real processes, as a section of the report.
+rl_args=()
+((${#args[@]})) && rl_args+=(-quick)
+{
+	echo
+	echo "## Fleet-wide rate limits (make bench-ratelimit)"
+	echo
+	echo '```'
+	go test -run '^$' -bench 'BenchmarkAllow|BenchmarkRateLimitAdmit|BenchmarkProxyRateLimit' -benchmem ./ratelimit ./proxy | grep -E '^Benchmark'
+	go run ./bench/ratelimit "${rl_args[@]}" 2>/dev/null | grep -E '^(ratelimit|report|plots):'
+	echo '```'
+} | tee -a "${report:-/dev/null}"

@@ -12,5 +12,5 @@ export GOBIN="$PWD/bin"
 PATH="$PWD/bin:$PATH" protoc -I proto \
 	--go_out=. --go_opt=module=github.com/fuge-project/fuge \
 	--go-grpc_out=. --go-grpc_opt=module=github.com/fuge-project/fuge \
-	proto/fuge/v1/fuge.proto
+	proto/fuge/v1/fuge.proto proto/fuge/v1/ratelimit.proto
 echo "generated api/fugev1"

@@ -68,11 +68,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if s.backendTLS {
 			cfg.BackendTLS = src.ClientConfig(fugetls.RoleOwner)
 		}
+		if s.rateLimit.Name == "" {
+			s.rateLimit.Name = src.ID().Name // the certificate's spiffe://fuge/proxy/<name>
+		}
 	}
 	p, err := proxy.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "fuge-proxy: %v\n", err)
 		return 2
+	}
+	if s.rateLimits {
+		stopLimits, err := p.EnableRateLimits(s.rateLimit)
+		if err != nil {
+			fmt.Fprintf(stderr, "fuge-proxy: %v\n", err)
+			return 2
+		}
+		defer stopLimits()
 	}
 	if err := p.Start(); err != nil {
 		log.Error("start failed", "err", err)
@@ -80,6 +91,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	fmt.Fprintf(stdout, "fuge-proxy: namespace %s, balance %s, proxy %s, admin %s\n",
 		cfg.Namespace, cfg.Balance, p.Addr(), p.AdminAddr())
+	if s.rateLimits {
+		fmt.Fprintf(stdout, "fuge-proxy: rate limits as %s, gossip %s\n", s.rateLimit.Name, p.GossipAddr())
+	}
 
 	<-ctx.Done()
 	log.Info("draining", "timeout", s.shutdownTimeout)
@@ -99,6 +113,8 @@ type settings struct {
 	backendTLS      bool
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
+	rateLimits      bool // --ratelimit
+	rateLimit       proxy.RateLimitConfig
 }
 
 // envPrefix prefixes the environment variable of every flag: --max-conns is
@@ -168,6 +184,15 @@ func newFlagSet(s *settings) *flag.FlagSet {
 		"connect to owners with TLS, presenting the proxy's certificate and accepting only owners' (owners serve plain HTTP unless told)")
 	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", s.shutdownTimeout, "time to drain in-flight requests on SIGINT or SIGTERM")
+	fs.BoolVar(&s.rateLimits, "ratelimit", false,
+		"enforce the namespace's fleet-wide rate limits (fugectl ratelimits): register with the managers and gossip with the other proxies")
+	fs.StringVar(&s.rateLimit.Name, "ratelimit-name", "",
+		"the proxy's name in rate-limit views (default: the name in its certificate; required with --insecure)")
+	fs.StringVar(&s.rateLimit.GossipAddr, "gossip-addr", "127.0.0.1:0", "UDP address to gossip on with --ratelimit")
+	fs.DurationVar(&s.rateLimit.Epoch, "gossip-epoch", 500*time.Millisecond, "gossip period; the same at every proxy of the namespace")
+	fs.IntVar(&s.rateLimit.Fanout, "gossip-fanout", 2, "proxies pushed to each epoch (1-16)")
+	fs.Uint64Var(&s.rateLimit.Seed, "gossip-seed", 0, "seed of the gossip overlay; the same at every proxy of the namespace")
+	fs.Float64Var(&s.rateLimit.GossipLoss, "gossip-loss", 0, "drop this fraction of the gossip messages sent: a fault for tests and benchmarks only")
 	return fs
 }
 
@@ -192,6 +217,12 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	}
 	if fs.NArg() > 0 {
 		return s, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if s.rateLimits && s.tls.Insecure && s.rateLimit.Name == "" {
+		return s, errors.New("--ratelimit with --insecure needs --ratelimit-name")
+	}
+	if s.rateLimits && !(s.rateLimit.GossipLoss >= 0 && s.rateLimit.GossipLoss < 1) {
+		return s, fmt.Errorf("--gossip-loss %v: want a fraction in [0, 1)", s.rateLimit.GossipLoss)
 	}
 	switch {
 	case s.tls.Insecure && s.backendTLS:

@@ -61,6 +61,11 @@ func commands() []command {
 		{name: "leases", args: []string{"NS"}, help: "the lease table: each arc's holder, generation, state and expiry", run: (*cli).leases},
 		{name: "owners", args: []string{"NS"}, help: "the live owner sessions, their virtual nodes and last contact", run: (*cli).owners},
 		{name: "drain", args: []string{"NS", "OWNER"}, help: "take OWNER out of the ring of NS; its arcs move to the others", run: (*cli).drain},
+		{name: "ratelimits", args: []string{"NS"}, help: "the fleet-wide rate limits of NS (fuge-proxy enforces them)", run: (*cli).rateLimits},
+		{name: "ratelimits set", args: []string{"NS", "NAME"}, flags: rateLimitFlagSet, flagsHelp: rateLimitFlagsHelp,
+			help: "add or replace the limit NAME: each value of header H gets N requests per period D across the fleet\n" +
+				"\t(defaults: period 1s, burst N, enforce, panic_share, 10000 keys)", run: (*cli).setRateLimit},
+		{name: "ratelimits delete", args: []string{"NS", "NAME"}, help: "remove the limit NAME from NS", run: (*cli).deleteRateLimit},
 		{name: envoyBootstrapName, help: envoyBootstrapHelp}, // run by runEnvoyBootstrap, with flags of its own
 		{name: "certs init", args: []string{"DIR"}, flags: certsFlagSet, flagsHelp: "[--host H ...] [--owner NS/NAME ...]", local: true,
 			help: "write a development CA and certificates into DIR: manager, proxy, admin (fugectl's) and the owners named;\n" +
@@ -103,6 +108,8 @@ type cmdFlags struct {
 	// certs init and issue
 	hosts, owners                     listFlag
 	proxyName, adminName, managerName string
+	// ratelimits set (ratelimit.go)
+	rateLimit rateLimitFlags
 }
 
 func createFlagSet(fs *flag.FlagSet, f *cmdFlags) {

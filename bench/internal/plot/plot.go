@@ -1,4 +1,7 @@
-package main
+// Package plot draws the benchmarks' PNG plots with the standard library
+// alone (image/png and the 5x7 font in font.go): horizontal bars with
+// min-max whiskers, and lines. bench/proxybench and bench/ratelimit use it.
+package plot
 
 import (
 	"image"
@@ -10,9 +13,6 @@ import (
 	"strconv"
 	"strings"
 )
-
-// Plots drawn with the standard library alone (image/png and the 5x7 font
-// in font.go): horizontal bars with min-max whiskers, and lines.
 
 const (
 	scale   = 2 // font pixels per glyph pixel
@@ -34,20 +34,21 @@ var (
 	}
 )
 
-type canvas struct{ *image.RGBA }
+// Canvas is one plot, or plots stacked.
+type Canvas struct{ *image.RGBA }
 
-func newCanvas(w, h int) canvas {
-	c := canvas{image.NewRGBA(image.Rect(0, 0, w, h))}
+func newCanvas(w, h int) Canvas {
+	c := Canvas{image.NewRGBA(image.Rect(0, 0, w, h))}
 	draw.Draw(c.RGBA, c.Bounds(), &image.Uniform{white}, image.Point{}, draw.Src)
 	return c
 }
 
-func (c canvas) rect(x0, y0, x1, y1 int, col color.Color) {
+func (c Canvas) rect(x0, y0, x1, y1 int, col color.Color) {
 	draw.Draw(c.RGBA, image.Rect(x0, y0, x1, y1), &image.Uniform{col}, image.Point{}, draw.Src)
 }
 
 // line draws a line of width w (Bresenham, thickened).
-func (c canvas) line(x0, y0, x1, y1, w int, col color.Color) {
+func (c Canvas) line(x0, y0, x1, y1, w int, col color.Color) {
 	dx, dy := abs(x1-x0), -abs(y1-y0)
 	sx, sy := 1, 1
 	if x0 > x1 {
@@ -82,7 +83,7 @@ func abs(x int) int {
 }
 
 // text draws s in upper case with its top-left corner at (x, y).
-func (c canvas) text(x, y int, s string, col color.Color) {
+func (c Canvas) text(x, y int, s string, col color.Color) {
 	for _, r := range strings.ToUpper(s) {
 		g, ok := glyphs[r]
 		if !ok {
@@ -129,15 +130,15 @@ func fmtNum(v float64) string {
 	}
 }
 
-// bar is one bar: a value with an optional range (Lo = Hi = 0: none).
-type bar struct {
+// Bar is one bar: a value with an optional range (Lo = Hi = 0: none).
+type Bar struct {
 	Label     string
 	V, Lo, Hi float64
 	Color     int // palette index
 }
 
-// hbars draws horizontal bars with their values and min-max whiskers.
-func hbars(title, unit string, bars []bar) canvas {
+// HBars draws horizontal bars with their values and min-max whiskers.
+func HBars(title, unit string, bars []Bar) Canvas {
 	left := 0
 	for _, b := range bars {
 		left = max(left, textW(b.Label))
@@ -181,16 +182,17 @@ func hbars(title, unit string, bars []bar) canvas {
 	return c
 }
 
-// series is one line of a line plot.
-type series struct {
+// Series is one line of a line plot.
+type Series struct {
 	Name  string
 	Y     []float64
 	Color int // palette index
 }
 
-// lines draws series over categorical x positions named xs, on a log
-// scale when the values span more than a factor of 20.
-func lines(title, xunit, yunit string, xs []string, ss []series) canvas {
+// Lines draws series over categorical x positions named xs, on a log
+// scale when the values span more than a factor of 20. An empty name
+// leaves its position unlabelled (for long time series).
+func Lines(title, xunit, yunit string, xs []string, ss []Series) Canvas {
 	const left, top, h, w = 110, 80, 540, 1150
 	right, bottom := w-420, h-60 // room for the legend's longest name
 	c := newCanvas(w, h)
@@ -246,6 +248,9 @@ func lines(title, xunit, yunit string, xs []string, ss []series) canvas {
 		c.text(left-8-textW(s), y(v)-charH/2+2, s, black)
 	}
 	for i, s := range xs {
+		if s == "" { // an unlabelled position: no grid line either
+			continue
+		}
 		c.line(x(i), top, x(i), bottom, 1, grey)
 		c.text(x(i)-textW(s)/2, bottom+8, s, black)
 	}
@@ -265,8 +270,8 @@ func lines(title, xunit, yunit string, xs []string, ss []series) canvas {
 	return c
 }
 
-// stack puts canvases one above the other.
-func stack(cs ...canvas) canvas {
+// Stack puts canvases one above the other.
+func Stack(cs ...Canvas) Canvas {
 	h, w := 0, 0
 	for _, c := range cs {
 		h += c.Bounds().Dy()
@@ -281,7 +286,8 @@ func stack(cs ...canvas) canvas {
 	return out
 }
 
-func (c canvas) save(path string) error {
+// Save writes the canvas as a PNG file.
+func (c Canvas) Save(path string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -291,4 +297,17 @@ func (c canvas) save(path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// Caption is a strip of text lines, to stack under a plot.
+func Caption(lines ...string) Canvas {
+	w := 0
+	for _, l := range lines {
+		w = max(w, textW(l)+20)
+	}
+	c := newCanvas(max(w, 200), 10+len(lines)*(charH+8))
+	for i, l := range lines {
+		c.text(10, 6+i*(charH+8), l, black)
+	}
+	return c
 }
