@@ -66,13 +66,19 @@ func main() {
 	seed := flag.Uint64("seed", 1, "seed for the restart schedule")
 	kind := flag.String("restart-kind", "crash", "how an owner restarts during churn: crash (its process dies: the manager is not told, as in PRS §7.1) or clean (Close: a clean leave, its arcs move to the others and back)")
 	memLimit := flag.String("memory-limit", "", "passed to fuge-manager --memory-limit (empty: Go's default)")
+	perConn := flag.Int("streams-per-conn", 100, "lookup streams multiplexed onto one TCP connection (lb.ConnPool); 1: a connection per lookup, as separate routers would have")
 	profDir := flag.String("profiles", "", "start the manager with --pprof and save its heap and allocs profiles into this directory after start-up, steady and churn")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 	if *kind != "crash" && *kind != "clean" {
 		log.Fatalf("-restart-kind %q: want crash or clean", *kind)
 	}
-	if err := run(*owners, *lookups, *nodes, *steady, *churn, *every, *leaseT, *seed, *memLimit, *kind, *profDir); err != nil {
+	if *perConn < 1 {
+		log.Fatalf("-streams-per-conn %d: want at least 1", *perConn)
+	}
+	cfg := config{owners: *owners, lookups: *lookups, nodes: *nodes, steady: *steady, churn: *churn, every: *every,
+		lease: *leaseT, seed: *seed, memLimit: *memLimit, kind: *kind, profDir: *profDir, perConn: *perConn}
+	if err := run(cfg); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -125,7 +131,20 @@ func (n *managerNode) stop() {
 	n.cmd.Wait()
 }
 
-func run(nOwners, nLookups, nNodes int, steady, churn, every, leaseT time.Duration, seed uint64, memLimit, kind, profDir string) error {
+// config is the command line.
+type config struct {
+	owners, lookups, nodes  int
+	steady, churn, every    time.Duration
+	lease                   time.Duration
+	seed                    uint64
+	memLimit, kind, profDir string
+	perConn                 int // lookup streams per connection
+}
+
+func run(cfg config) error {
+	nOwners, nLookups, nNodes := cfg.owners, cfg.lookups, cfg.nodes
+	steady, churn, every, leaseT := cfg.steady, cfg.churn, cfg.every, cfg.lease
+	seed, memLimit, kind, profDir := cfg.seed, cfg.memLimit, cfg.kind, cfg.profDir
 	dir, err := os.MkdirTemp("", "managerscale")
 	if err != nil {
 		return err
@@ -180,6 +199,13 @@ func run(nOwners, nLookups, nNodes int, steady, churn, every, leaseT time.Durati
 	}
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(dialer)}
 	p := &pool{managers: managers, dial: dial, lease: leaseT, cleanRestarts: kind == "clean"}
+	if cfg.perConn > 1 {
+		// Lookups share connections; each keeps a stream of its own.
+		if p.conns, err = lb.NewConnPool(cfg.perConn, grpc.WithContextDialer(dialer)); err != nil {
+			return err
+		}
+		defer p.conns.Close()
+	}
 	ctx := context.Background()
 	// Owners first, then lookups: a pool is brought up before front ends
 	// are pointed at it, and the steady state does not depend on the order.
@@ -365,6 +391,7 @@ type pool struct {
 	mu       sync.Mutex
 	managers []string
 	dial     []grpc.DialOption
+	conns    *lb.ConnPool // shared by the lookups; nil: a connection each
 	lease    time.Duration
 	owners   []*ownerguard.Owner
 	lookups  []*lb.Lookup
@@ -389,10 +416,14 @@ func (p *pool) newOwner(ctx context.Context, name string) *ownerguard.Owner {
 }
 
 func (p *pool) newLookup(ctx context.Context, name string) *lb.Lookup {
-	l, err := lb.NewLookup(lb.LookupConfig{
+	cfg := lb.LookupConfig{
 		Managers: p.managers, Namespace: namespace, Name: name, DialOptions: p.dial,
 		OnLoss: func([]ring.Range, bool) {},
-	})
+	}
+	if p.conns != nil {
+		cfg.DialOptions, cfg.Conns = nil, p.conns
+	}
+	l, err := lb.NewLookup(cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -463,7 +494,7 @@ func (p *pool) waitLookups(httpAddr string, limit time.Duration) error {
 			pending = slices.DeleteFunc(pending, func(l *lb.Lookup) bool {
 				select {
 				case <-l.Ready():
-					return len(l.Entries()) == want
+					return l.Len() == want
 				default:
 					return false
 				}
