@@ -307,7 +307,7 @@ func (s *session) onBlocks(c *conn, resp *discovery.DeltaDiscoveryResponse) {
 	if lsn, err := strconv.ParseUint(resp.GetSystemVersionInfo(), 10, 64); err == nil {
 		s.l.servedLSN.Store(lsn)
 	}
-	entries, err := tableOf(s.names, s.held)
+	entries, err := tableOf(s.names, s.held, u.arena)
 	if err != nil {
 		c.synced = false
 		s.l.rejected.Add(1)

@@ -231,6 +231,8 @@ func run(cfg config) error {
 	for i := range nLookups {
 		p.lookups = append(p.lookups, p.newLookup(ctx, fmt.Sprintf("lookup-%04d", i)))
 	}
+	started := time.Since(t0)
+	readyAt := p.readyTimes(t0)
 	if err := p.waitReady(5 * time.Minute); err != nil {
 		return err
 	}
@@ -238,6 +240,10 @@ func run(cfg config) error {
 		return err
 	}
 	lookupsUp := time.Since(t0)
+	rt := readyAt()
+	log.Printf("lookups started in %v; first table applied after: first %v, median %v, p99 %v, last %v",
+		started.Round(time.Millisecond), rt[0].Round(time.Millisecond), rt[len(rt)/2].Round(time.Millisecond),
+		rt[len(rt)*99/100].Round(time.Millisecond), rt[len(rt)-1].Round(time.Millisecond))
 	// CPU time is what start-up costs whatever else the machine runs: on
 	// a busy machine the wall time is mostly waiting for a core.
 	syncCPU := fmt.Sprintf("CPU used meanwhile: managers %.2f s, clients %.2f s; %s",
@@ -450,6 +456,27 @@ func (p *pool) waitReady(limit time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// readyTimes records when each lookup applies its first table, from t0;
+// the function it returns waits for them all and returns the times,
+// sorted.
+func (p *pool) readyTimes(t0 time.Time) func() []time.Duration {
+	times := make([]time.Duration, len(p.lookups))
+	var wg sync.WaitGroup
+	for i, l := range p.lookups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-l.Ready()
+			times[i] = time.Since(t0)
+		}()
+	}
+	return func() []time.Duration {
+		wg.Wait()
+		slices.Sort(times)
+		return times
+	}
 }
 
 // restartOne restarts a random node: an owner comes back as a new
