@@ -568,7 +568,9 @@ func TestLookupConfigValidate(t *testing.T) {
 		{"negative bound", func(c *LookupConfig) { c.StalenessBound = -time.Second }, ErrStalenessBound},
 		{"backoff", func(c *LookupConfig) { c.Backoff = BackoffConfig{Base: time.Second, Max: time.Millisecond} }, ErrBackoff},
 		{"pool", func(c *LookupConfig) { c.Conns = &ConnPool{} }, nil},
-		{"pool and dial options", func(c *LookupConfig) { c.Conns, c.DialOptions = &ConnPool{}, []grpc.DialOption{grpc.WithUserAgent("x")} }, ErrPoolOptions},
+		{"pool and dial options", func(c *LookupConfig) {
+			c.Conns, c.DialOptions = &ConnPool{}, []grpc.DialOption{grpc.WithUserAgent("x")}
+		}, ErrPoolOptions},
 		{"pool and keepalive", func(c *LookupConfig) { c.Conns, c.KeepaliveTime = &ConnPool{}, time.Minute }, ErrPoolOptions},
 	}
 	for _, tt := range tests {
