@@ -73,7 +73,7 @@ func main() {
 	seed := flag.Uint64("seed", 1, "seed for the restart schedule and the owners changed")
 	kind := flag.String("restart-kind", "crash", "how an owner restarts during churn: crash (its process dies: the manager is not told, as in PRS §7.1) or clean (Close: a clean leave, its arcs move to the others and back)")
 	memLimit := flag.String("memory-limit", "", "passed to fuge-manager --memory-limit (empty: Go's default)")
-	perConn := flag.Int("streams-per-conn", 100, "lookup streams multiplexed onto one TCP connection (lb.ConnPool); 1: a connection per lookup, as separate routers would have")
+	perConn := flag.Int("streams-per-conn", 10, "lookup streams multiplexed onto one TCP connection (lb.ConnPool); 1: a connection per lookup, as separate routers would have")
 	profDir := flag.String("profiles", "", "start the manager with --pprof and save its heap and allocs profiles into this directory after start-up, steady and churn")
 	markdown := flag.String("markdown", "", "also write the table, in markdown, to this file")
 	flag.Parse()
