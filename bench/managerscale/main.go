@@ -332,6 +332,7 @@ func run(cfg config, bin, dir string) (result, error) {
 		steadyRows[i].rssMB = max(steadyRows[i].rssMB, n.rss.reset())
 		steadyRows[i].note = note
 	}
+	logRows(steadyRows)
 	profile("steady")
 	rnd := rand.New(rand.NewPCG(seed, 0))
 	if cfg.changes > 0 {
@@ -364,6 +365,7 @@ func run(cfg config, bin, dir string) (result, error) {
 		churnRows[i].rssMB = max(churnRows[i].rssMB, n.rss.reset())
 		churnRows[i].note = note
 	}
+	logRows(churnRows)
 	profile("churn")
 	res.rows = append(steadyRows, churnRows...)
 	if memLimit == "" {
@@ -383,6 +385,14 @@ func run(cfg config, bin, dir string) (result, error) {
 		nOwners, nLookups, nNodes, ringSize, memLimit, sc, sr, cc, cr, res.lookupsUp.Seconds())
 	log.Print(res.line)
 	return res, nil
+}
+
+// logRows logs a phase's rows as soon as they are measured: a run cut
+// short keeps them.
+func logRows(rows []row) {
+	for _, r := range rows {
+		log.Printf("%s, %s, %s: CPU %.2f%% of a core, peak RSS %.1f MB, bytes/s in %.0f, out %.0f; %s", r.config, r.phase, r.node, r.cpu, r.rssMB, r.inBps, r.outBps, r.note)
+	}
 }
 
 // cpuOf is the CPU time of every node, in clock ticks.
