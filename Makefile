@@ -37,8 +37,8 @@ bench: ## fuge-proxy beside HAProxy, nginx, round-robin (installs them): bench/r
 bench-go: ## Run the Go benchmarks matching BENCH, with allocations
 	go test -run '^$$' -bench '$(strip $(BENCH))' -benchmem ./...
 
-bench-manager: ## Measure the manager under 500 owners + 2,000 lookups (PRS §7.1) at R=4096 and 65536; SCALE=10: 5,000 + 20,000 on 3 nodes; MARKDOWN=FILE
-	go run ./bench/managerscale -ring 4096,65536 -changes 4 $(if $(filter 10,$(SCALE)),-owners 5000 -lookups 20000 -nodes 3 -steady 30s -churn 30s) $(if $(strip $(MARKDOWN)),-markdown '$(strip $(MARKDOWN))')
+bench-manager: ## Measure the manager under 500 owners + 2,000 lookups (PRS §7.1) at R=4096 and 65536; SCALE=10: 5,000 + 20,000 on 3 nodes at R=4096; RING=, MARKDOWN=FILE
+	go run ./bench/managerscale -ring '$(or $(strip $(RING)),$(if $(filter 10,$(SCALE)),4096,4096 65536))' -changes 4 $(if $(filter 10,$(SCALE)),-owners 5000 -lookups 20000 -nodes 3 -steady 30s -churn 30s) $(if $(strip $(MARKDOWN)),-markdown '$(strip $(MARKDOWN))')
 
 chaos: ## Run the fault harness (real processes) for DURATION (2m) from SEED (1), or SCENARIOS once each
 	go run ./bench/chaos -seed '$(or $(strip $(SEED)),1)' -duration '$(or $(strip $(DURATION)),2m)' $(if $(strip $(SCENARIOS)),-scenarios '$(strip $(SCENARIOS))')

@@ -11,7 +11,7 @@
 //	go run ./bench/managerscale                      # the PRS configuration
 //	go run ./bench/managerscale -owners 50 -lookups 200 -steady 20s -churn 20s
 //	go run ./bench/managerscale -nodes 3             # a leader and two standbys
-//	go run ./bench/managerscale -ring 4096,65536     # one run per ring size
+//	go run ./bench/managerscale -ring 4096,65536     # one run per ring size (commas or spaces)
 //
 // With -nodes N, N manager processes form one raft cluster; owners and
 // lookups are given every node's address (owners follow the leader,
@@ -63,7 +63,7 @@ var ringSize = 4096
 func main() {
 	owners := flag.Int("owners", 500, "owners (PRS: 500)")
 	lookups := flag.Int("lookups", 2000, "lookups (PRS: 2,000)")
-	rings := flag.String("ring", "4096", "ring size R of the namespace (a power of two); a comma-separated list runs once per size")
+	rings := flag.String("ring", "4096", "ring size R of the namespace (a power of two); a list (commas or spaces) runs once per size")
 	nodes := flag.Int("nodes", 1, "manager nodes: one leader, the others standbys; owners and lookups are given every node")
 	steady := flag.Duration("steady", 60*time.Second, "steady-state measurement window")
 	churn := flag.Duration("churn", 60*time.Second, "churn measurement window")
@@ -88,12 +88,15 @@ func main() {
 		log.Fatalf("-changes %d: want 0 or more", *changes)
 	}
 	var rs []int
-	for _, f := range strings.Split(*rings, ",") {
-		r, err := strconv.Atoi(strings.TrimSpace(f))
+	for _, f := range strings.FieldsFunc(*rings, func(c rune) bool { return c == ',' || c == ' ' }) {
+		r, err := strconv.Atoi(f)
 		if err != nil || r < 1 || r&(r-1) != 0 {
 			log.Fatalf("-ring %q: want powers of two", *rings)
 		}
 		rs = append(rs, r)
+	}
+	if len(rs) == 0 {
+		log.Fatalf("-ring %q: want at least one ring size", *rings)
 	}
 	cfg := config{owners: *owners, lookups: *lookups, nodes: *nodes, steady: *steady, churn: *churn, every: *every,
 		changes: *changes, lease: *leaseT, seed: *seed, memLimit: *memLimit, kind: *kind, profDir: *profDir, perConn: *perConn}
