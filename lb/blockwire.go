@@ -29,13 +29,24 @@ var errWire = errors.New("malformed protobuf")
 // addresses repeat across arcs: intern gives each distinct one a single
 // string (nil: no interning).
 func decodeArcBlock(ns string, b []byte, intern *interner) (uint32, []lease.Entry, error) {
+	return decodeArcBlockTo(nil, ns, b, intern)
+}
+
+// decodeArcBlockTo is decodeArcBlock appending the block's arcs to dst:
+// it returns dst extended, the block's arcs being its tail from len(dst).
+// A nil dst is allocated for the block.
+func decodeArcBlockTo(dst []lease.Entry, ns string, b []byte, intern *interner) (uint32, []lease.Entry, error) {
 	var (
 		gotNS   string
 		block   uint32
 		noRange = -1 // the first arc without a range
 	)
-	// About 60 bytes an arc: one allocation for most blocks.
-	out := make([]lease.Entry, 0, len(b)/48+1)
+	if dst == nil {
+		// About 60 bytes an arc: one allocation for most blocks.
+		dst = make([]lease.Entry, 0, len(b)/48+1)
+	}
+	first := len(dst)
+	out := dst
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -66,7 +77,7 @@ func decodeArcBlock(ns string, b []byte, intern *interner) (uint32, []lease.Entr
 				return 0, nil, err
 			}
 			if !ok && noRange < 0 {
-				noRange = len(out)
+				noRange = len(out) - first
 			}
 			out = append(out, e)
 		default:
@@ -85,7 +96,7 @@ func decodeArcBlock(ns string, b []byte, intern *interner) (uint32, []lease.Entr
 	if block >= wire.Blocks {
 		return 0, nil, fmt.Errorf("%w: block %d of %d", wire.ErrMalformed, block, wire.Blocks)
 	}
-	for i, e := range out {
+	for i, e := range out[first:] {
 		if i == noRange {
 			return 0, nil, fmt.Errorf("%w: missing range", wire.ErrMalformed)
 		}
@@ -97,6 +108,28 @@ func decodeArcBlock(ns string, b []byte, intern *interner) (uint32, []lease.Entr
 		}
 	}
 	return block, out, nil
+}
+
+// countArcs counts the arcs of an encoded fuge.v1.ArcBlock (its field 3),
+// stopping at the first malformed field: what to allocate for a response.
+func countArcs(b []byte) int {
+	n := 0
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return n
+		}
+		b = b[k:]
+		k = protowire.ConsumeFieldValue(num, typ, b)
+		if k < 0 {
+			return n
+		}
+		if num == blockArcs && typ == protowire.BytesType {
+			n++
+		}
+		b = b[k:]
+	}
+	return n
 }
 
 // decodeArc decodes a fuge.v1.Arc; ok is false when it has no range.

@@ -132,6 +132,14 @@
 // Over xDS an arc carries no Clean flag, so a clean migration is signalled
 // as a loss: an extra notification, which PRS allows.
 //
+// A Lookup dials a connection of its own for each stream. Lookups in one
+// process (a router following several namespaces, a load generator) can
+// share connections instead (LookupConfig.Conns, a ConnPool): each keeps its
+// own stream and table, and the manager and the process save grpc-go's
+// three goroutines and buffers per connection. A whole table arriving on
+// a connection is decoded into one array, in block order, which becomes
+// the published table without a copy.
+//
 // # Balancers
 //
 // Balancer is what fuge-proxy routes by: Pick(keyHash) returns the backend

@@ -159,6 +159,15 @@ func (l *Lookup) Entries() []lease.Entry {
 	return nil
 }
 
+// Len is the number of arcs in the latest table (len(Entries()) without
+// the copy); 0 before the first table.
+func (l *Lookup) Len() int {
+	if t := l.table.Load(); t != nil {
+		return len(t.entries)
+	}
+	return 0
+}
+
 // Version counts the updates applied to the table.
 func (l *Lookup) Version() uint64 { return l.version.Load() }
 

@@ -124,6 +124,12 @@ type LookupConfig struct {
 	// DialOptions are appended to the Lookup's own (insecure transport
 	// credentials, keepalive, receive limit), so they override them.
 	DialOptions []grpc.DialOption
+	// Conns, when set, carries the Lookup's streams on connections shared
+	// with other Lookups (see ConnPool), dialled with the pool's options:
+	// DialOptions, KeepaliveTime, KeepaliveTimeout and MaxMessageBytes must
+	// then be left zero. Nil: the Lookup dials a connection of its own
+	// for each stream.
+	Conns *ConnPool
 	// MaxMessageBytes limits received messages. Zero means 16 MiB.
 	MaxMessageBytes int
 
@@ -202,6 +208,10 @@ func (c LookupConfig) Validate() error {
 	}
 	if c.MaxMessageBytes < 0 {
 		return fmt.Errorf("lb: MaxMessageBytes %d must not be negative", c.MaxMessageBytes)
+	}
+	if c.Conns != nil && (len(c.DialOptions) > 0 || c.KeepaliveTime != DefaultKeepaliveTime ||
+		c.KeepaliveTimeout != DefaultKeepaliveTimeout || c.MaxMessageBytes != DefaultMaxMessageBytes) {
+		return ErrPoolOptions
 	}
 	if c.KeepaliveTime < 0 || c.KeepaliveTimeout < 0 {
 		return fmt.Errorf("lb: keepalive %v/%v must not be negative", c.KeepaliveTime, c.KeepaliveTimeout)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
 
 	"github.com/fuge-project/fuge/api/fugev1"
 	"github.com/fuge-project/fuge/api/wire"
@@ -566,6 +567,11 @@ func TestLookupConfigValidate(t *testing.T) {
 		{"no namespace", func(c *LookupConfig) { c.Namespace = "" }, ErrNoNamespace},
 		{"negative bound", func(c *LookupConfig) { c.StalenessBound = -time.Second }, ErrStalenessBound},
 		{"backoff", func(c *LookupConfig) { c.Backoff = BackoffConfig{Base: time.Second, Max: time.Millisecond} }, ErrBackoff},
+		{"pool", func(c *LookupConfig) { c.Conns = &ConnPool{} }, nil},
+		{"pool and dial options", func(c *LookupConfig) {
+			c.Conns, c.DialOptions = &ConnPool{}, []grpc.DialOption{grpc.WithUserAgent("x")}
+		}, ErrPoolOptions},
+		{"pool and keepalive", func(c *LookupConfig) { c.Conns, c.KeepaliveTime = &ConnPool{}, time.Minute }, ErrPoolOptions},
 	}
 	for _, tt := range tests {
 		c := ok

@@ -13,8 +13,6 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -86,13 +84,7 @@ type streamEvent struct {
 
 func newSession(l *Lookup, core *Core) *session {
 	cfg := l.cfg
-	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{
-			Time: cfg.KeepaliveTime, Timeout: cfg.KeepaliveTimeout, PermitWithoutStream: true,
-		}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxMessageBytes)),
-	}
+	opts := dialOptions(cfg.KeepaliveTime, cfg.KeepaliveTimeout, cfg.MaxMessageBytes)
 	first := 0
 	if !cfg.InOrder {
 		first = rand.IntN(len(cfg.Managers))
@@ -190,11 +182,19 @@ func (s *session) read(c *conn) {
 }
 
 func (s *session) recv(c *conn) (leader string, err error) {
-	cc, err := grpc.NewClient(c.addr, s.dialOpts...)
-	if err != nil {
-		return "", err
+	var cc *grpc.ClientConn
+	if pool := s.cfg.Conns; pool != nil {
+		var release func()
+		if cc, release, err = pool.get(c.addr); err != nil {
+			return "", err
+		}
+		defer release()
+	} else {
+		if cc, err = grpc.NewClient(c.addr, s.dialOpts...); err != nil {
+			return "", err
+		}
+		defer cc.Close()
 	}
-	defer cc.Close()
 	// Name the stream a Lookup's: only the leader serves those.
 	ctx := metadata.AppendToOutgoingContext(c.ctx, wire.ClientKindKey, wire.ClientLookup)
 	st, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
@@ -307,7 +307,7 @@ func (s *session) onBlocks(c *conn, resp *discovery.DeltaDiscoveryResponse) {
 	if lsn, err := strconv.ParseUint(resp.GetSystemVersionInfo(), 10, 64); err == nil {
 		s.l.servedLSN.Store(lsn)
 	}
-	entries, err := tableOf(s.names, s.held)
+	entries, err := tableOf(s.names, s.held, u.arena)
 	if err != nil {
 		c.synced = false
 		s.l.rejected.Add(1)

@@ -1,8 +1,11 @@
 package lb
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -36,6 +39,7 @@ type heldBlock struct {
 type blockUpdate struct {
 	set     map[string]heldBlock
 	removed []string
+	arena   []lease.Entry // every block's arcs in set, in block order
 }
 
 // node identifies the Lookup to the manager: id Name, cluster and
@@ -76,10 +80,22 @@ func ack(resp *discovery.DeltaDiscoveryResponse, err error) *discovery.DeltaDisc
 // wire.EntriesFromBlock) named BlockName(ns, its block), whose arcs follow
 // each other in ring order; one bad resource fails the whole response.
 // Removed names that are not block names of ns are ignored.
+//
+// The arcs of every block are decoded into one array, in block order, each
+// block's arcs a slice of it (u.arena): when the response is the whole
+// table, as when a Lookup connects, that array is the table (tableOf), with
+// no copy and one allocation.
 func decodeBlocks(ns string, resp *discovery.DeltaDiscoveryResponse) (blockUpdate, error) {
-	u := blockUpdate{set: make(map[string]heldBlock, len(resp.GetResources()))}
+	res := resp.GetResources()
+	u := blockUpdate{set: make(map[string]heldBlock, len(res))}
 	intern := newInterner()
-	for _, r := range resp.GetResources() {
+	arcs := 0
+	for _, r := range res {
+		arcs += countArcs(r.GetResource().GetValue())
+	}
+	arena := make([]lease.Entry, 0, arcs)
+	for _, i := range blockOrder(ns, res) {
+		r := res[i]
 		body := r.GetResource()
 		if body == nil {
 			return blockUpdate{}, fmt.Errorf("%w: %q has no body", ErrBadResource, r.GetName())
@@ -87,10 +103,13 @@ func decodeBlocks(ns string, resp *discovery.DeltaDiscoveryResponse) (blockUpdat
 		if body.GetTypeUrl() != ArcBlockTypeURL {
 			return blockUpdate{}, fmt.Errorf("%w: %q is a %q, want %q", ErrBadResource, r.GetName(), body.GetTypeUrl(), ArcBlockTypeURL)
 		}
-		block, es, err := decodeArcBlock(ns, body.GetValue(), intern)
+		start := len(arena)
+		block, grown, err := decodeArcBlockTo(arena, ns, body.GetValue(), intern)
 		if err != nil {
 			return blockUpdate{}, fmt.Errorf("%w: block %q: %w", ErrBadResource, r.GetName(), err)
 		}
+		arena = grown
+		es := arena[start:len(arena):len(arena)]
 		if want := wire.BlockName(ns, block); r.GetName() != want {
 			return blockUpdate{}, fmt.Errorf("%w: block %q holds block %d (name %q)", ErrBadResource, r.GetName(), block, want)
 		}
@@ -109,7 +128,28 @@ func decodeBlocks(ns string, resp *discovery.DeltaDiscoveryResponse) (blockUpdat
 			u.removed = append(u.removed, name)
 		}
 	}
+	u.arena = arena
 	return u, nil
+}
+
+// blockOrder is the order in which to decode res: by the block number in
+// each resource's name (a name that is not a block name of ns sorts last;
+// decodeBlocks refuses it).
+func blockOrder(ns string, res []*discovery.Resource) []int {
+	keys := make([]uint64, len(res))
+	order := make([]int, len(res))
+	prefix := ns + "/block/"
+	for i, r := range res {
+		order[i] = i
+		keys[i] = math.MaxUint64
+		if rest, ok := strings.CutPrefix(r.GetName(), prefix); ok {
+			if b, err := strconv.ParseUint(rest, 10, 32); err == nil {
+				keys[i] = b
+			}
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(keys[a], keys[b]) })
+	return order
 }
 
 // isBlockName reports whether name is BlockName(ns, b) for a block b.
@@ -131,12 +171,20 @@ func blockNames(ns string) []string {
 // tableOf returns the arcs of the blocks held, in ring order, when the
 // table is complete: every block named in names (in block order) is held
 // and their arcs partition the circle.
-func tableOf(names []string, held map[string]heldBlock) ([]lease.Entry, error) {
+//
+// When the blocks' arcs lie one after the other in arena, in order (every
+// block was set by the response decoded into arena), arena is returned,
+// not a copy: neither is ever modified.
+func tableOf(names []string, held map[string]heldBlock, arena []lease.Entry) ([]lease.Entry, error) {
 	n, missing := 0, 0
+	inArena := true
 	for _, name := range names {
 		h, ok := held[name]
 		if !ok {
 			missing++
+		}
+		if len(h.entries) > 0 && (n+len(h.entries) > len(arena) || &h.entries[0] != &arena[n]) {
+			inArena = false
 		}
 		n += len(h.entries)
 	}
@@ -146,9 +194,14 @@ func tableOf(names []string, held map[string]heldBlock) ([]lease.Entry, error) {
 	case n == 0:
 		return nil, errors.New("no arcs")
 	}
-	es := make([]lease.Entry, 0, n)
-	for _, name := range names {
-		es = append(es, held[name].entries...)
+	var es []lease.Entry
+	if inArena && n == len(arena) {
+		es = arena[:n:n]
+	} else {
+		es = make([]lease.Entry, 0, n)
+		for _, name := range names {
+			es = append(es, held[name].entries...)
+		}
 	}
 	// Arcs ascend by End within a block (decodeBlocks) and blocks by the
 	// top bits of End, so es ascends strictly by End: it partitions the

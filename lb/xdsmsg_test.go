@@ -2,6 +2,9 @@ package lb
 
 import (
 	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/fuge-project/fuge/api/fugev1"
 	"github.com/fuge-project/fuge/api/wire"
 	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
 )
 
 func packed(t testing.TB, name string, m proto.Message, typeURL string) *discovery.Resource {
@@ -121,12 +125,12 @@ func TestTableOf(t *testing.T) {
 		}
 		return m
 	}
-	es, err := tableOf(names, held(quarters...))
+	es, err := tableOf(names, held(quarters...), nil)
 	if want := []lease.Entry{quarters[3], quarters[0], quarters[1], quarters[2]}; err != nil || !slices.Equal(es, want) {
 		t.Errorf("quarters: %v (%v), want %v", es, err, want)
 	}
 	full := ent(5, 5, "a", 1)
-	if es, err := tableOf(names, held(full)); err != nil || !slices.Equal(es, []lease.Entry{full}) {
+	if es, err := tableOf(names, held(full), nil); err != nil || !slices.Equal(es, []lease.Entry{full}) {
 		t.Errorf("one full arc: %v (%v)", es, err)
 	}
 	for name, h := range map[string]map[string]heldBlock{
@@ -136,17 +140,17 @@ func TestTableOf(t *testing.T) {
 		"an overlap":             held(quarters[0], ent(q/2, 2*q, "b", 2), quarters[2], quarters[3]),
 		"a full arc and another": held(ent(q, q, "a", 1), ent(0, q/2, "b", 2)),
 	} {
-		if es, err := tableOf(names, h); err == nil {
+		if es, err := tableOf(names, h, nil); err == nil {
 			t.Errorf("%s: complete table %v", name, es)
 		}
 	}
 	missing := held(quarters...)
 	delete(missing, wire.BlockName(ns, 5)) // an empty block, not yet held
-	if es, err := tableOf(names, missing); err == nil {
+	if es, err := tableOf(names, missing, nil); err == nil {
 		t.Errorf("a missing block: complete table %v", es)
 	}
 	missing[wire.BlockName(ns, 5)] = heldBlock{} // removed: held empty
-	if _, err := tableOf(names, missing); err != nil {
+	if _, err := tableOf(names, missing, nil); err != nil {
 		t.Errorf("a removed empty block: %v", err)
 	}
 }
@@ -208,4 +212,66 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTableOfArena checks that a whole table, its blocks sent in any
+// order, is decoded into one array that tableOf returns as the table
+// without copying it, and that after a response of one block the table
+// (a copy) is the same arcs with that block's replaced.
+func TestTableOfArena(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 0))
+	var es []lease.Entry
+	const n = 300
+	for i := range uint64(n) {
+		o := fmt.Sprintf("o%d", rnd.IntN(7))
+		es = append(es, lease.Entry{Range: ring.Range{Start: i * (1 << 64 / n), End: (i + 1) * (1 << 64 / n)}, Owner: o, Addr: o + ":1", Gen: lease.Gen(1 + rnd.IntN(9))})
+	}
+	es[n-1].Range.End = 0
+	want := append([]lease.Entry{es[n-1]}, es[:n-1]...) // in order of End: the arc ending at 0 first
+	var res []*discovery.Resource
+	for b, blk := range tableBlocks(ns, es) {
+		res = append(res, packed(t, wire.BlockName(ns, b), blk, ArcBlockTypeURL))
+	}
+	rnd.Shuffle(len(res), func(i, j int) { res[i], res[j] = res[j], res[i] })
+	u, err := decodeBlocks(ns, &discovery.DeltaDiscoveryResponse{TypeUrl: ArcBlockTypeURL, Resources: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := u.set
+	got, err := tableOf(blockNames(ns), held, u.arena)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("whole table: %v (%v), want %v", got, err, want)
+	}
+	if len(got) != len(u.arena) || &got[0] != &u.arena[0] {
+		t.Fatal("the whole table was copied, not the decoded array")
+	}
+	first := slices.Clone(got)
+	// One block again, its first arc at a new generation.
+	b := wire.BlockOf(want[10].Range.End)
+	var inBlock []lease.Entry
+	for i := range want {
+		if wire.BlockOf(want[i].Range.End) == b {
+			if len(inBlock) == 0 {
+				want[i].Gen = 100
+			}
+			inBlock = append(inBlock, want[i])
+		}
+	}
+	u2, err := decodeBlocks(ns, &discovery.DeltaDiscoveryResponse{TypeUrl: ArcBlockTypeURL, Resources: []*discovery.Resource{blockRes(t, ns, b, inBlock...)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps.Copy(held, u2.set)
+	got2, err := tableOf(blockNames(ns), held, u2.arena)
+	if err != nil || !slices.Equal(got2, want) {
+		t.Fatalf("after one block: %v (%v), want %v", got2, err, want)
+	}
+	if &got2[0] == &got[0] {
+		t.Fatal("the table after one block is the first table's array")
+	}
+	if !slices.Equal(got, first) {
+		t.Fatal("the first table changed")
+	}
 }

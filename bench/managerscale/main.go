@@ -1,19 +1,27 @@
-// Command managerscale measures one fuge-manager process under the PRS
-// §7.1 load: 500 owners and 2,000 lookups as real gRPC clients on
-// 127.0.0.1, first in steady state, then with every node restarting at
-// random so that some node restarts every 12 s on average. It reports the
-// manager's CPU (% of one core, from /proc), its peak RSS and the bytes per
-// second on its client connections, as a table.
+// Command managerscale measures fuge-manager processes under the PRS §7.1
+// load: 500 owners and 2,000 lookups as real gRPC clients on 127.0.0.1,
+// first in steady state, then while single changes (an owner's clean leave
+// and its return) are timed until every lookup has seen them, then with
+// every node restarting at random so that some node restarts every 12 s
+// on average. It reports each manager's CPU (% of one core, from /proc),
+// its peak RSS and the bytes per second on its client connections, the
+// time until every owner holds its arcs and every lookup has the whole
+// table, and how long a change takes to reach every lookup, as a table.
 //
 //	go run ./bench/managerscale                      # the PRS configuration
 //	go run ./bench/managerscale -owners 50 -lookups 200 -steady 20s -churn 20s
 //	go run ./bench/managerscale -nodes 3             # a leader and two standbys
+//	go run ./bench/managerscale -ring 4096,65536     # one run per ring size (commas or spaces)
 //
 // With -nodes N, N manager processes form one raft cluster; owners and
 // lookups are given every node's address (owners follow the leader,
 // lookups start at a node at random and are served by standbys too), and
-// the table has a row per node. It ends with one line a script can read
-// (with several nodes, each figure is the largest node's):
+// the table has a row per node. Lookups share TCP connections
+// (-streams-per-conn, lb.ConnPool), each with a stream of its own that
+// receives and applies the whole table; -streams-per-conn 1 gives each its
+// own connection, as separate routers would have. -markdown FILE writes the
+// table in markdown. Each run ends with one line a script can read (with
+// several nodes, each figure is the largest node's):
 //
 //	managerscale: owners 500 lookups 2000 nodes 1 ring 4096 memory-limit none: steady cpu 2.4% peak-rss 180MB; churn cpu 5.2% peak-rss 190MB; lookups synced 1.3s
 package main
@@ -37,7 +45,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"google.golang.org/grpc"
@@ -50,29 +57,50 @@ import (
 
 const namespace = "bench"
 
-// ringSize is the namespace's ring size R (-ring; default 4096, the
-// default ring size).
+// ringSize is the namespace's ring size R of the run under way.
 var ringSize = 4096
 
 func main() {
 	owners := flag.Int("owners", 500, "owners (PRS: 500)")
 	lookups := flag.Int("lookups", 2000, "lookups (PRS: 2,000)")
-	flag.IntVar(&ringSize, "ring", ringSize, "ring size R of the namespace (a power of two)")
+	rings := flag.String("ring", "4096", "ring size R of the namespace (a power of two); a list (commas or spaces) runs once per size")
 	nodes := flag.Int("nodes", 1, "manager nodes: one leader, the others standbys; owners and lookups are given every node")
 	steady := flag.Duration("steady", 60*time.Second, "steady-state measurement window")
 	churn := flag.Duration("churn", 60*time.Second, "churn measurement window")
 	every := flag.Duration("restart-every", 12*time.Second, "mean time between node restarts during churn")
+	changes := flag.Int("changes", 10, "changes to time until every lookup has seen them, between steady and churn: an owner's clean leave, then its return, in turn")
 	leaseT := flag.Duration("lease", 60*time.Second, "lease duration T")
-	seed := flag.Uint64("seed", 1, "seed for the restart schedule")
+	seed := flag.Uint64("seed", 1, "seed for the restart schedule and the owners changed")
 	kind := flag.String("restart-kind", "crash", "how an owner restarts during churn: crash (its process dies: the manager is not told, as in PRS §7.1) or clean (Close: a clean leave, its arcs move to the others and back)")
 	memLimit := flag.String("memory-limit", "", "passed to fuge-manager --memory-limit (empty: Go's default)")
+	perConn := flag.Int("streams-per-conn", 10, "lookup streams multiplexed onto one TCP connection (lb.ConnPool); 1: a connection per lookup, as separate routers would have")
 	profDir := flag.String("profiles", "", "start the manager with --pprof and save its heap and allocs profiles into this directory after start-up, steady and churn")
+	markdown := flag.String("markdown", "", "also write the table, in markdown, to this file")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 	if *kind != "crash" && *kind != "clean" {
 		log.Fatalf("-restart-kind %q: want crash or clean", *kind)
 	}
-	if err := run(*owners, *lookups, *nodes, *steady, *churn, *every, *leaseT, *seed, *memLimit, *kind, *profDir); err != nil {
+	if *perConn < 1 {
+		log.Fatalf("-streams-per-conn %d: want at least 1", *perConn)
+	}
+	if *changes < 0 {
+		log.Fatalf("-changes %d: want 0 or more", *changes)
+	}
+	var rs []int
+	for _, f := range strings.FieldsFunc(*rings, func(c rune) bool { return c == ',' || c == ' ' }) {
+		r, err := strconv.Atoi(f)
+		if err != nil || r < 1 || r&(r-1) != 0 {
+			log.Fatalf("-ring %q: want powers of two", *rings)
+		}
+		rs = append(rs, r)
+	}
+	if len(rs) == 0 {
+		log.Fatalf("-ring %q: want at least one ring size", *rings)
+	}
+	cfg := config{owners: *owners, lookups: *lookups, nodes: *nodes, steady: *steady, churn: *churn, every: *every,
+		changes: *changes, lease: *leaseT, seed: *seed, memLimit: *memLimit, kind: *kind, profDir: *profDir, perConn: *perConn}
+	if err := runAll(cfg, rs, *markdown); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -85,6 +113,7 @@ type managerNode struct {
 	cmd            *exec.Cmd
 	rss            *rssSampler // peak RSS since start-up, or since the last reset
 	startRSS, peak float64
+	in, out        atomic.Int64 // bytes on its client connections: received, sent
 }
 
 // startManager starts node id, joining the cluster at join (an admin
@@ -125,7 +154,29 @@ func (n *managerNode) stop() {
 	n.cmd.Wait()
 }
 
-func run(nOwners, nLookups, nNodes int, steady, churn, every, leaseT time.Duration, seed uint64, memLimit, kind, profDir string) error {
+// config is the command line.
+type config struct {
+	owners, lookups, nodes  int
+	steady, churn, every    time.Duration
+	changes                 int
+	lease                   time.Duration
+	seed                    uint64
+	memLimit, kind, profDir string
+	perConn                 int // lookup streams per connection
+}
+
+// result is one run's figures.
+type result struct {
+	ring                int
+	rows                []row // steady, then churn, a row per node
+	ownersUp, lookupsUp time.Duration
+	conv                convergence
+	line                string // the line a script reads
+}
+
+// runAll builds fuge-manager, runs once per ring size, and prints the
+// table (and writes it to markdown, when named), then each run's line.
+func runAll(cfg config, rings []int, markdown string) error {
 	dir, err := os.MkdirTemp("", "managerscale")
 	if err != nil {
 		return err
@@ -136,6 +187,36 @@ func run(nOwners, nLookups, nNodes int, steady, churn, every, leaseT time.Durati
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/fuge-manager").CombinedOutput(); err != nil {
 		return fmt.Errorf("build: %v\n%s", err, out)
 	}
+	var results []result
+	for i, r := range rings {
+		ringSize = r
+		res, err := run(cfg, bin, filepath.Join(dir, strconv.Itoa(i)))
+		if err != nil {
+			return fmt.Errorf("ring %d: %w", r, err)
+		}
+		results = append(results, res)
+	}
+	printTable(cfg, results)
+	if markdown != "" {
+		if err := os.WriteFile(markdown, []byte(markdownTable(cfg, results)), 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Println()
+	for _, res := range results {
+		fmt.Println(res.line)
+	}
+	return nil
+}
+
+func run(cfg config, bin, dir string) (result, error) {
+	res := result{ring: ringSize}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return res, err
+	}
+	nOwners, nLookups, nNodes := cfg.owners, cfg.lookups, cfg.nodes
+	steady, churn, every, leaseT := cfg.steady, cfg.churn, cfg.every, cfg.lease
+	seed, memLimit, kind, profDir := cfg.seed, cfg.memLimit, cfg.kind, cfg.profDir
 	var nodes []*managerNode
 	defer func() {
 		for _, n := range nodes {
@@ -149,37 +230,52 @@ func run(nOwners, nLookups, nNodes int, steady, churn, every, leaseT time.Durati
 		}
 		n, err := startManager(bin, dir, fmt.Sprintf("m%d", i+1), join, leaseT, memLimit, profDir != "" && i == 0)
 		if err != nil {
-			return err
+			return res, err
 		}
 		nodes = append(nodes, n)
 		// A standby answers the admin API once it knows the leader (it
 		// redirects there).
 		if err := waitHTTP("http://"+n.http+"/v1/namespaces/"+namespace+"/leases", time.Minute); err != nil {
-			return err
+			return res, err
 		}
-		log.Printf("manager %s pid %d up on %s", n.id, n.pid, n.grpc)
+		log.Printf("ring %d: manager %s pid %d up on %s", ringSize, n.id, n.pid, n.grpc)
 	}
 	httpAddr := nodes[0].http // the leader's, which the admin API redirects to anyway
 	profile := func(phase string) {
 		if profDir != "" {
-			saveProfiles(httpAddr, profDir, phase)
+			saveProfiles(httpAddr, profDir, fmt.Sprintf("R%d.%s", ringSize, phase))
 		}
 	}
 	var managers []string
+	byAddr := map[string]*managerNode{}
 	for _, n := range nodes {
 		managers = append(managers, n.grpc)
+		byAddr[n.grpc] = n
 	}
 
-	var bytesIn, bytesOut atomic.Int64
+	// Every client connection counts its bytes for the node it is to.
 	dialer := func(ctx context.Context, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return nil, err
 		}
-		return &countingConn{Conn: c, in: &bytesIn, out: &bytesOut}, nil
+		n := byAddr[addr]
+		if n == nil {
+			return c, nil
+		}
+		return &countingConn{Conn: c, in: &n.out, out: &n.in}, nil
 	}
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(dialer)}
 	p := &pool{managers: managers, dial: dial, lease: leaseT, cleanRestarts: kind == "clean"}
+	if cfg.perConn > 1 {
+		// Lookups share connections; each keeps a stream of its own.
+		var err error
+		if p.conns, err = lb.NewConnPool(cfg.perConn, grpc.WithContextDialer(dialer)); err != nil {
+			return res, err
+		}
+		defer p.conns.Close()
+	}
+	defer p.close()
 	ctx := context.Background()
 	// Owners first, then lookups: a pool is brought up before front ends
 	// are pointed at it, and the steady state does not depend on the order.
@@ -188,34 +284,37 @@ func run(nOwners, nLookups, nNodes int, steady, churn, every, leaseT time.Durati
 	for i := range nOwners {
 		p.owners = append(p.owners, p.newOwner(ctx, fmt.Sprintf("owner-%04d", i)))
 	}
-	if err := p.waitReady(5 * time.Minute); err != nil {
-		return err
+	if err := p.waitReady(10 * time.Minute); err != nil {
+		return res, err
 	}
-	if err := waitConverged(httpAddr, nOwners, 5*time.Minute); err != nil {
-		return err
+	if err := waitConverged(httpAddr, nOwners, 10*time.Minute); err != nil {
+		return res, err
 	}
-	ownersUp := time.Since(t0)
+	res.ownersUp = time.Since(t0)
 	t0 = time.Now()
-	log.Printf("owners converged in %v; starting %d lookups", ownersUp.Round(time.Millisecond), nLookups)
+	log.Printf("owners converged in %v; starting %d lookups", res.ownersUp.Round(time.Millisecond), nLookups)
 	mgrCPU0, selfCPU0 := cpuOf(nodes), cpuTicks(os.Getpid())
 	stopCPU := func() {}
 	if profDir != "" {
-		stopCPU = cpuProfiles(httpAddr, profDir, "startup")
+		stopCPU = cpuProfiles(httpAddr, profDir, fmt.Sprintf("R%d.startup", ringSize))
 	}
 	for i := range nLookups {
-		p.lookups = append(p.lookups, p.newLookup(ctx, fmt.Sprintf("lookup-%04d", i)))
+		p.lookups = append(p.lookups, p.newLookup(ctx, fmt.Sprintf("lookup-%05d", i)))
 	}
-	if err := p.waitReady(5 * time.Minute); err != nil {
-		return err
+	started := time.Since(t0)
+	readyAt := p.readyTimes(t0)
+	if err := p.waitReady(10 * time.Minute); err != nil {
+		return res, err
 	}
-	if err := p.waitLookups(httpAddr, 5*time.Minute); err != nil {
-		return err
+	if err := p.waitLookups(httpAddr, 10*time.Minute); err != nil {
+		return res, err
 	}
-	lookupsUp := time.Since(t0)
+	res.lookupsUp = time.Since(t0)
+	rt := readyAt()
 	// CPU time is what start-up costs whatever else the machine runs: on
 	// a busy machine the wall time is mostly waiting for a core.
-	syncCPU := fmt.Sprintf("CPU used meanwhile: managers %.2f s, clients %.2f s; %s",
-		float64(cpuOf(nodes)-mgrCPU0)/clockTicks, float64(cpuTicks(os.Getpid())-selfCPU0)/clockTicks, p.counters())
+	syncCPU := fmt.Sprintf("CPU used meanwhile: managers %.2f s, clients %.2f s",
+		float64(cpuOf(nodes)-mgrCPU0)/clockTicks, float64(cpuTicks(os.Getpid())-selfCPU0)/clockTicks)
 	stopCPU()
 	var spread []string
 	for _, n := range nodes {
@@ -224,21 +323,34 @@ func run(nOwners, nLookups, nNodes int, steady, churn, every, leaseT time.Durati
 		spread = append(spread, fmt.Sprintf("%s %.0f lookups, RSS %.0f MB", n.id, metric(body, "fuge_lookups_connected"), n.startRSS))
 	}
 	profile("startup")
-	log.Printf("lookups synced in %v (%s; %s); measuring steady state for %v", lookupsUp.Round(time.Millisecond), syncCPU, strings.Join(spread, "; "), steady)
-	config := fmt.Sprintf("%d owners + %d lookups", nOwners, nLookups)
+	log.Printf("lookups synced in %v (started in %v; first table applied after: first %v, median %v, p99 %v, last %v; %s; %s; %s)",
+		res.lookupsUp.Round(time.Millisecond), started.Round(time.Millisecond), rt[0].Round(time.Millisecond), rt[len(rt)/2].Round(time.Millisecond),
+		rt[len(rt)*99/100].Round(time.Millisecond), rt[len(rt)-1].Round(time.Millisecond), syncCPU, p.counters(), strings.Join(spread, "; "))
+	log.Printf("measuring steady state for %v", steady)
+	config := fmt.Sprintf("%d owners + %d lookups, R=%d", nOwners, nLookups, ringSize)
 	c0 := p.counters()
-	steadyRows := measure(config, "steady", nodes, steady, &bytesIn, &bytesOut, nil)
+	steadyRows := measure(config, "steady", nodes, steady, nil)
 	note := p.counters().sub(c0).String()
 	for i, n := range nodes {
 		steadyRows[i].rssMB = max(steadyRows[i].rssMB, n.rss.reset())
 		steadyRows[i].note = note
 	}
+	logRows(steadyRows)
 	profile("steady")
+	rnd := rand.New(rand.NewPCG(seed, 0))
+	if cfg.changes > 0 {
+		log.Printf("timing %d changes until every lookup has seen each", cfg.changes)
+		var err error
+		if res.conv, err = p.timeChanges(ctx, httpAddr, cfg.changes, rnd, 5*time.Minute); err != nil {
+			return res, err
+		}
+		log.Printf("convergence: %v", res.conv)
+		// The changes' own peaks count with the churn's.
+	}
 	c0 = p.counters()
 	log.Printf("measuring churn (a restart every %v on average) for %v", every, churn)
-	rnd := rand.New(rand.NewPCG(seed, 0))
 	restarts := 0
-	churnRows := measure(config, fmt.Sprintf("churn, %s restart every %v", kind, every), nodes, churn, &bytesIn, &bytesOut,
+	churnRows := measure(config, fmt.Sprintf("churn, %s restart every %v", kind, every), nodes, churn,
 		func(stop <-chan struct{}) {
 			for {
 				wait := time.Duration(rnd.ExpFloat64() * float64(every))
@@ -256,11 +368,9 @@ func run(nOwners, nLookups, nNodes int, steady, churn, every, leaseT time.Durati
 		churnRows[i].rssMB = max(churnRows[i].rssMB, n.rss.reset())
 		churnRows[i].note = note
 	}
+	logRows(churnRows)
 	profile("churn")
-	printTable(append(steadyRows, churnRows...), leaseT, memLimit)
-	fmt.Printf("\nstart-up: %d owners converged in %v, then %d lookups synced in %v (goal < 2 s; %s); %s (the steady peak includes start-up)\n",
-		nOwners, ownersUp.Round(time.Millisecond), nLookups, lookupsUp.Round(time.Millisecond), syncCPU, strings.Join(spread, "; "))
-	p.close()
+	res.rows = append(steadyRows, churnRows...)
 	if memLimit == "" {
 		memLimit = "none"
 	}
@@ -274,9 +384,18 @@ func run(nOwners, nLookups, nNodes int, steady, churn, every, leaseT time.Durati
 	}
 	sc, sr := worst(steadyRows)
 	cc, cr := worst(churnRows)
-	fmt.Printf("managerscale: owners %d lookups %d nodes %d ring %d memory-limit %s: steady cpu %.1f%% peak-rss %.0fMB; churn cpu %.1f%% peak-rss %.0fMB; lookups synced %.1fs\n",
-		nOwners, nLookups, nNodes, ringSize, memLimit, sc, sr, cc, cr, lookupsUp.Seconds())
-	return nil
+	res.line = fmt.Sprintf("managerscale: owners %d lookups %d nodes %d ring %d memory-limit %s: steady cpu %.1f%% peak-rss %.0fMB; churn cpu %.1f%% peak-rss %.0fMB; lookups synced %.1fs",
+		nOwners, nLookups, nNodes, ringSize, memLimit, sc, sr, cc, cr, res.lookupsUp.Seconds())
+	log.Print(res.line)
+	return res, nil
+}
+
+// logRows logs a phase's rows as soon as they are measured: a run cut
+// short keeps them.
+func logRows(rows []row) {
+	for _, r := range rows {
+		log.Printf("%s, %s, %s: CPU %.2f%% of a core, peak RSS %.1f MB, bytes/s in %.0f, out %.0f; %s", r.config, r.phase, r.node, r.cpu, r.rssMB, r.inBps, r.outBps, r.note)
+	}
 }
 
 // cpuOf is the CPU time of every node, in clock ticks.
@@ -292,14 +411,13 @@ type row struct {
 	config, phase, node string
 	cpu                 float64 // % of one core
 	rssMB               float64
-	inBps, outBps       float64
+	inBps, outBps       float64 // on the node's client connections
 	note                string
 }
 
-// measure samples each node's CPU and RSS over a window while load (if
-// any) runs: one row per node. Bytes in and out are every client
-// connection's, on the first row.
-func measure(config, phase string, nodes []*managerNode, window time.Duration, in, out *atomic.Int64, load func(stop <-chan struct{})) []row {
+// measure samples each node's CPU, RSS and client bytes over a window
+// while load (if any) runs: one row per node.
+func measure(config, phase string, nodes []*managerNode, window time.Duration, load func(stop <-chan struct{})) []row {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	if load != nil {
@@ -307,11 +425,12 @@ func measure(config, phase string, nodes []*managerNode, window time.Duration, i
 		go func() { defer wg.Done(); load(stop) }()
 	}
 	cpu0 := make([]int64, len(nodes))
+	in0, out0 := make([]int64, len(nodes)), make([]int64, len(nodes))
 	for i, n := range nodes {
 		cpu0[i] = cpuTicks(n.pid)
+		in0[i], out0[i] = n.in.Load(), n.out.Load()
 	}
 	t0 := time.Now()
-	in0, out0 := in.Load(), out.Load()
 	peak := make([]float64, len(nodes))
 	tick := time.NewTicker(time.Second)
 	deadline := time.After(window)
@@ -334,30 +453,13 @@ loop:
 	for i, n := range nodes {
 		rows[i] = row{
 			config: config, phase: phase, node: n.id,
-			cpu:   100 * float64(cpuTicks(n.pid)-cpu0[i]) / clockTicks / secs,
-			rssMB: max(peak[i], rssMB(n.pid)),
+			cpu:    100 * float64(cpuTicks(n.pid)-cpu0[i]) / clockTicks / secs,
+			rssMB:  max(peak[i], rssMB(n.pid)),
+			inBps:  float64(n.in.Load()-in0[i]) / secs,
+			outBps: float64(n.out.Load()-out0[i]) / secs,
 		}
 	}
-	rows[0].inBps = float64(out.Load()-out0) / secs // what clients sent is what the managers received
-	rows[0].outBps = float64(in.Load()-in0) / secs
 	return rows
-}
-
-func printTable(rows []row, leaseT time.Duration, memLimit string) {
-	if memLimit == "" {
-		memLimit = "Go's default"
-	}
-	fmt.Printf("\nmanagerscale: fuge-manager processes, lease T=%v, memory limit %s, 127.0.0.1, %d cores\n\n", leaseT, memLimit, numCPU())
-	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "configuration\tphase\tnode\tmanager CPU (% of a core)\tpeak RSS (MB)\tbytes/s in\tbytes/s out\tgoal\tnotes")
-	for _, r := range rows {
-		goal := "< 5% CPU, < 200 MB"
-		if strings.HasPrefix(r.phase, "churn") {
-			goal = "< 25% CPU, < 200 MB"
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%.2f\t%.1f\t%.0f\t%.0f\t%s\t%s\n", r.config, r.phase, r.node, r.cpu, r.rssMB, r.inBps, r.outBps, goal, r.note)
-	}
-	w.Flush()
 }
 
 // pool is the set of simulated nodes.
@@ -365,6 +467,7 @@ type pool struct {
 	mu       sync.Mutex
 	managers []string
 	dial     []grpc.DialOption
+	conns    *lb.ConnPool // shared by the lookups; nil: a connection each
 	lease    time.Duration
 	owners   []*ownerguard.Owner
 	lookups  []*lb.Lookup
@@ -389,10 +492,14 @@ func (p *pool) newOwner(ctx context.Context, name string) *ownerguard.Owner {
 }
 
 func (p *pool) newLookup(ctx context.Context, name string) *lb.Lookup {
-	l, err := lb.NewLookup(lb.LookupConfig{
+	cfg := lb.LookupConfig{
 		Managers: p.managers, Namespace: namespace, Name: name, DialOptions: p.dial,
 		OnLoss: func([]ring.Range, bool) {},
-	})
+	}
+	if p.conns != nil {
+		cfg.DialOptions, cfg.Conns = nil, p.conns
+	}
+	l, err := lb.NewLookup(cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -419,6 +526,27 @@ func (p *pool) waitReady(limit time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// readyTimes records when each lookup applies its first table, from t0;
+// the function it returns waits for them all and returns the times,
+// sorted.
+func (p *pool) readyTimes(t0 time.Time) func() []time.Duration {
+	times := make([]time.Duration, len(p.lookups))
+	var wg sync.WaitGroup
+	for i, l := range p.lookups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-l.Ready()
+			times[i] = time.Since(t0)
+		}()
+	}
+	return func() []time.Duration {
+		wg.Wait()
+		slices.Sort(times)
+		return times
+	}
 }
 
 // restartOne restarts a random node: an owner comes back as a new
@@ -463,7 +591,7 @@ func (p *pool) waitLookups(httpAddr string, limit time.Duration) error {
 			pending = slices.DeleteFunc(pending, func(l *lb.Lookup) bool {
 				select {
 				case <-l.Ready():
-					return len(l.Entries()) == want
+					return l.Len() == want
 				default:
 					return false
 				}

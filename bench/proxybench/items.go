@@ -221,7 +221,7 @@ func (b *bench) managerScale() (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	args := []string{"go", "run", "./bench/managerscale", "-memory-limit", "176MiB"}
+	args := []string{"go", "run", "./bench/managerscale", "-ring", "4096", "-changes", "4"}
 	if b.ps.pinned {
 		args = append([]string{"taskset", "-c", cpusOnline()}, args...)
 	}

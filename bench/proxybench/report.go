@@ -233,11 +233,11 @@ func (r *report) markdown() string {
 	p("## 5. The manager's scale\n\n")
 	switch {
 	case r.Quick:
-		p("Skipped in QUICK mode: `make bench` runs `go run ./bench/managerscale -memory-limit 176MiB` (as `make bench-manager` does) after everything above has stopped, and puts its table here.\n")
+		p("Skipped in QUICK mode: `make bench` runs `go run ./bench/managerscale -ring 4096 -changes 4` (as `make bench-manager` does) after everything above has stopped, and puts its table here.\n")
 	case r.ManagerScaleErr != nil || r.ManagerScale == "":
 		p("`go run ./bench/managerscale` failed: %v\n", r.ManagerScaleErr)
 	default:
-		p("`go run ./bench/managerscale -memory-limit 176MiB` (as `make bench-manager`), run after everything above had stopped, with every CPU:\n\n```\n%s\n```\n", r.ManagerScale)
+		p("`go run ./bench/managerscale -ring 4096 -changes 4` (as `make bench-manager`), run after everything above had stopped, with every CPU:\n\n```\n%s\n```\n", r.ManagerScale)
 	}
 	return w.String()
 }

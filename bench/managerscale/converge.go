@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fuge-project/fuge/lb"
+)
+
+// convergence is how long single changes took to reach the lookups: from
+// the owner's call (Close, or Start of its new incarnation) until a lookup
+// applied a table in which the change is seen, over every lookup and
+// change.
+type convergence struct {
+	changes      int
+	p50, p99     time.Duration // per lookup and change
+	slowest      time.Duration // until the last lookup saw the slowest change
+	missed       int           // lookups that had not seen a change within the limit
+	leave, enter time.Duration // the slowest change of each kind, until every lookup saw it
+}
+
+func (c convergence) String() string {
+	if c.changes == 0 {
+		return "not measured"
+	}
+	s := fmt.Sprintf("%d changes: p50 %v, p99 %v, slowest %v (leave %v, return %v)", c.changes,
+		c.p50.Round(100*time.Microsecond), c.p99.Round(100*time.Microsecond), c.slowest.Round(time.Millisecond),
+		c.leave.Round(time.Millisecond), c.enter.Round(time.Millisecond))
+	if c.missed > 0 {
+		s += fmt.Sprintf(", %d lookups did not see a change", c.missed)
+	}
+	return s
+}
+
+// timeChanges makes n changes in turn, an owner chosen at random leaving
+// cleanly (Close: its arcs go to the others at once, under new
+// generations) and then coming back (a new incarnation under its name,
+// which takes its arcs back), and times each until every lookup has seen
+// it at a point of one of the owner's arcs: the point's address is no
+// longer the owner's, then is again.
+func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *rand.Rand, limit time.Duration) (convergence, error) {
+	c := convergence{changes: n}
+	var all []time.Duration
+	var k int
+	var h uint64
+	var addr string
+	for i := range n {
+		var seen func(*lb.Lookup) bool
+		var t0 time.Time
+		if i%2 == 0 {
+			k = rnd.IntN(len(p.owners))
+			name := fmt.Sprintf("owner-%04d", k)
+			addr = name + ":80"
+			var err error
+			if h, err = pointOf(httpAddr, name); err != nil {
+				return c, err
+			}
+			seen = func(l *lb.Lookup) bool { a, _, _, _ := l.Lookup(h); return a != addr }
+			t0 = time.Now()
+			p.owners[k].Close()
+		} else {
+			seen = func(l *lb.Lookup) bool { a, _, _, _ := l.Lookup(h); return a == addr }
+			t0 = time.Now()
+			o := p.newOwner(ctx, fmt.Sprintf("owner-%04d", k))
+			p.mu.Lock()
+			p.owners[k] = o
+			p.mu.Unlock()
+		}
+		ts, missed := p.waitAll(seen, t0, limit)
+		c.missed += missed
+		last := ts[len(ts)-1]
+		c.slowest = max(c.slowest, last)
+		if i%2 == 0 {
+			c.leave = max(c.leave, last)
+		} else {
+			c.enter = max(c.enter, last)
+		}
+		all = append(all, ts...)
+		log.Printf("change %d (%s): the first lookup saw it after %v, the median %v, the last %v", i+1, map[bool]string{true: "leave", false: "return"}[i%2 == 0],
+			ts[0].Round(time.Millisecond), ts[len(ts)/2].Round(time.Millisecond), last.Round(time.Millisecond))
+	}
+	slices.Sort(all)
+	c.p50, c.p99 = all[len(all)/2], all[len(all)*99/100]
+	return c, nil
+}
+
+// waitAll waits until every lookup sees the change (seen) or limit has
+// passed since t0, and returns the times from t0, sorted; lookups that did
+// not see it count as limit, and in missed.
+func (p *pool) waitAll(seen func(*lb.Lookup) bool, t0 time.Time, limit time.Duration) (times []time.Duration, missed int) {
+	times = make([]time.Duration, len(p.lookups))
+	expired := make(chan struct{})
+	timer := time.AfterFunc(limit-time.Since(t0), func() { close(expired) })
+	defer timer.Stop()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i, l := range p.lookups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				up := l.Updated()
+				if seen(l) {
+					times[i] = time.Since(t0)
+					return
+				}
+				select {
+				case <-up:
+				case <-expired:
+					times[i] = limit
+					mu.Lock()
+					missed++
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(times)
+	return times, missed
+}
+
+// pointOf is the end of an arc that owner holds in the manager's view.
+func pointOf(httpAddr, owner string) (uint64, error) {
+	var view struct {
+		Entries []struct {
+			End   string `json:"end"`
+			Owner string `json:"owner"`
+		} `json:"entries"`
+	}
+	body, err := get("http://" + httpAddr + "/v1/namespaces/" + namespace + "/view")
+	if err != nil {
+		return 0, err
+	}
+	if err := json.Unmarshal([]byte(body), &view); err != nil {
+		return 0, err
+	}
+	for _, e := range view.Entries {
+		if e.Owner == owner {
+			return strconv.ParseUint(e.End, 16, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s holds no arc in the view", owner)
+}

@@ -1,0 +1,367 @@
+package e2e
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fuge-project/fuge/lb"
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/manager"
+	"github.com/fuge-project/fuge/ownerguard"
+	"github.com/fuge-project/fuge/ring"
+	"github.com/fuge-project/fuge/xds"
+)
+
+// newServingCluster is newCluster with every node wired as fuge-manager
+// wires it: Lookup streams gated by CheckLookup, so that standbys in
+// contact with the leader serve them, and standbys heartbeating their
+// Lookups.
+func newServingCluster(t *testing.T, n int, T time.Duration) *cluster {
+	t.Helper()
+	c := &cluster{t: t, T: T}
+	for i := range n {
+		cfg := manager.DefaultServerConfig()
+		cfg.NodeID = fmt.Sprintf("m%d", i+1)
+		cfg.DataDir = t.TempDir()
+		cfg.RaftAddr, cfg.GRPCAddr, cfg.HTTPAddr = freePort(t), freePort(t), freePort(t)
+		cfg.LeaseDuration = T
+		cfg.HeartbeatInterval = T / 6
+		cfg.Namespaces = []manager.NamespaceConfig{{Name: testNS, RingSize: testRing}}
+		cfg.RaftHeartbeatTimeout = 200 * time.Millisecond
+		cfg.RaftElectionTimeout = 200 * time.Millisecond
+		cfg.RaftLeaderLeaseTimeout = 100 * time.Millisecond
+		if i > 0 {
+			cfg.Join = c.nodes[0].cfg.HTTPAddr
+		}
+		nd := &node{cfg: cfg}
+		c.nodes = append(c.nodes, nd)
+		startServing(t, c, nd)
+		if i == 0 {
+			c.waitLeader()
+		}
+	}
+	c.waitVoters(n)
+	t.Cleanup(func() {
+		for _, nd := range c.nodes {
+			if nd.srv != nil {
+				nd.srv.Kill()
+			}
+		}
+	})
+	return c
+}
+
+// startServing starts nd as cmd/fuge-manager starts a node.
+func startServing(t *testing.T, c *cluster, nd *node) {
+	t.Helper()
+	var srv *manager.Server
+	nd.lt = xds.NewLeaseTable(xds.LeaseTableConfig{Gate: func(ctx context.Context) error { return srv.CheckLookup(ctx) }})
+	cfg := nd.cfg
+	cfg.Observer = nd.lt
+	cfg.Heartbeat = nd.lt.Heartbeat
+	s, err := manager.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv = s
+	if err := s.Start(nd.lt.Register); err != nil {
+		t.Fatal(err)
+	}
+	// It ends when the node is killed.
+	go s.RunStandbyHeartbeats(context.Background(), nd.lt.Namespaces, nd.lt.Heartbeat)
+	c.mu.Lock()
+	nd.srv = s
+	c.mu.Unlock()
+}
+
+// tableWatch records every table a Lookup publishes and every loss upcall
+// it makes, and checks them against each other: the generations at every
+// point only grow, and the points notified are exactly those whose
+// generation changed.
+type tableWatch struct {
+	mu      sync.Mutex
+	tables  [][]lease.Entry // in order of publication (some may be skipped)
+	loss    []ring.Range
+	lossAll int
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func (w *tableWatch) onLoss(rs []ring.Range, all bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.loss = append(w.loss, rs...)
+	if all {
+		w.lossAll++
+	}
+}
+
+// follow records l's tables until stop is called.
+func (w *tableWatch) follow(l *lb.Lookup) (stop func()) {
+	w.stop, w.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(w.done)
+		for {
+			up := l.Updated()
+			if es := l.Entries(); es != nil {
+				w.mu.Lock()
+				if n := len(w.tables); n == 0 || !slices.Equal(w.tables[n-1], es) {
+					w.tables = append(w.tables, es)
+				}
+				w.mu.Unlock()
+			}
+			select {
+			case <-up:
+			case <-w.stop:
+				return
+			}
+		}
+	}()
+	return func() { close(w.stop); <-w.done }
+}
+
+// genAt is the generation of the arc of es (in order of End, as a
+// Lookup's Entries are) containing h.
+func genAt(es []lease.Entry, h uint64) lease.Gen {
+	i, _ := slices.BinarySearchFunc(es, h, func(e lease.Entry, h uint64) int { return cmp.Compare(e.Range.End, h) })
+	if i == len(es) {
+		i = 0 // past the last end: the arc that wraps
+	}
+	return es[i].Gen
+}
+
+// check returns the problems found: a generation that went back, a point
+// whose generation changed without a loss upcall covering it, a point
+// covered by one whose generation never changed, and loss on everything.
+// It checks the points just inside every arc boundary of every table.
+func (w *tableWatch) check() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var probs []string
+	if w.lossAll > 0 {
+		probs = append(probs, fmt.Sprintf("%d loss upcalls on everything", w.lossAll))
+	}
+	var points []uint64
+	for _, es := range w.tables {
+		for _, e := range es {
+			points = append(points, e.Range.End, e.Range.Start+1)
+		}
+	}
+	slices.Sort(points)
+	points = slices.Compact(points)
+	for _, h := range points {
+		changed := false
+		for i := 1; i < len(w.tables); i++ {
+			a, b := genAt(w.tables[i-1], h), genAt(w.tables[i], h)
+			if b < a {
+				probs = append(probs, fmt.Sprintf("generation at %x went back from %d to %d (table %d)", h, a, b, i))
+			}
+			changed = changed || a != b
+		}
+		notified := slices.ContainsFunc(w.loss, func(r ring.Range) bool { return r.Contains(h) })
+		switch {
+		case changed && !notified:
+			probs = append(probs, fmt.Sprintf("generation at %x changed with no loss upcall", h))
+		case notified && !changed:
+			probs = append(probs, fmt.Sprintf("loss upcall at %x, whose generation never changed", h))
+		}
+		if len(probs) > 10 {
+			break
+		}
+	}
+	return probs
+}
+
+// TestLookupMovesBetweenNodes runs a Lookup on a standby of a 3-node
+// cluster while owners join and leave, then kills the node serving it,
+// twice (a standby, then the leader, the Lookup's next address). The
+// Lookup must follow every change across each move: its generations
+// never go back (a lagging node holds its first response until it has
+// caught up with what the Lookup holds), every generation change it
+// applies is notified and nothing else is, it never gives up on everything
+// (its staleness bound holds through each move) and it ends with the
+// leader's table.
+func TestLookupMovesBetweenNodes(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 0))
+	const T = time.Second
+	c := newServingCluster(t, 3, T)
+	lead := c.waitLeader()
+	var standbys []*node
+	for _, nd := range c.nodes {
+		if nd != lead {
+			standbys = append(standbys, nd)
+		}
+	}
+	rec := newRecorder()
+	var churnMu sync.Mutex // guards owners once the churn runs
+	owners := map[string]*ownerguard.Owner{}
+	for i := range 4 {
+		name := fmt.Sprintf("o%d", i+1)
+		owners[name] = startOwner(t, c, name, rec)
+	}
+	eventually(t, "owners to converge", func() bool { return converged(c, owners, nil) })
+
+	// The Lookup tries its managers in order: the first standby, the
+	// leader, the other standby.
+	var w tableWatch
+	order := []*node{standbys[0], lead, standbys[1]}
+	var addrs []string
+	for _, nd := range order {
+		addrs = append(addrs, nd.cfg.GRPCAddr)
+	}
+	bound := 3 * T
+	l, err := lb.NewLookup(lb.LookupConfig{
+		Managers: addrs, InOrder: true, Namespace: testNS, Name: "mover",
+		OnLoss: w.onLoss, StalenessBound: bound,
+		Backoff: lb.BackoffConfig{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	t.Cleanup(func() {
+		churnMu.Lock()
+		defer churnMu.Unlock()
+		for _, o := range owners {
+			o.Close()
+		}
+	})
+	stopWatch := w.follow(l)
+	lookups := []*lb.Lookup{l}
+	eventually(t, "the lookup to converge", func() bool { return converged(c, owners, lookups) })
+	if st := l.Stats(); st.Attempts != 1 || st.Redirects != 0 || order[0].lt.Stats().Streams != 1 {
+		t.Fatalf("the lookup is not served by the standby it tried first: %+v, standby streams %d", st, order[0].lt.Stats().Streams)
+	}
+
+	// Owners join and leave while the nodes serving the lookup die.
+	churnStop, churnDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(churnDone)
+		next := len(owners) + 1
+		for {
+			select {
+			case <-churnStop:
+				return
+			case <-time.After(time.Duration(100+rnd.IntN(200)) * time.Millisecond): // pacing the load, not waiting for an outcome
+			}
+			churnMu.Lock()
+			if len(owners) > 3 && rnd.IntN(2) == 0 {
+				names := make([]string, 0, len(owners))
+				for name := range owners {
+					names = append(names, name)
+				}
+				slices.Sort(names)
+				name := names[rnd.IntN(len(names))]
+				owners[name].Close() // a clean leave: its arcs move, under new generations
+				delete(owners, name)
+			} else {
+				name := fmt.Sprintf("o%d", next)
+				next++
+				o, err := ownerguard.NewOwner(ownerguard.OwnerConfig{
+					Managers: c.grpcAddrs(), Namespace: testNS, Name: name, Addr: name + ".local:80", LeaseDuration: c.T,
+				})
+				if err == nil {
+					err = o.Start(context.Background())
+				}
+				if err != nil {
+					t.Errorf("owner %s: %v", name, err)
+				} else {
+					owners[name] = o
+				}
+			}
+			churnMu.Unlock()
+		}
+	}()
+
+	// Each victim is the node serving the lookup: the standby it started
+	// on, then the next address it tried, the leader.
+	for move, victim := range order[:2] {
+		before := l.Stats()
+		t.Logf("move %d: killing %s (leader %v), which serves the lookup at LSN %d", move+1, victim.cfg.NodeID, victim.srv.IsLeader(), before.ServedLSN)
+		c.kill(victim)
+		// The lookup has moved once another node serves it a later LSN.
+		eventually(t, "the lookup on another node", func() bool {
+			st := l.Stats()
+			if st.Attempts == before.Attempts || st.ServedLSN <= before.ServedLSN {
+				return false
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			for _, nd := range c.nodes {
+				if nd != victim && nd.srv != nil && nd.lt.Stats().Streams == 1 {
+					return true
+				}
+			}
+			return false
+		})
+		// A few changes served by the new node, then the victim comes back
+		// as a standby; the lookup stays where it is.
+		v := l.Version()
+		eventually(t, "changes on the new node", func() bool { return l.Version() >= v+3 })
+		startServing(t, c, victim)
+		c.waitVoters(3)
+	}
+	close(churnStop)
+	<-churnDone
+	churnMu.Lock()
+	eventually(t, "the lookup to converge after the churn", func() bool { return converged(c, owners, lookups) })
+	churnMu.Unlock()
+	stopWatch()
+
+	st := l.Stats()
+	w.mu.Lock()
+	t.Logf("lookup: %d tables recorded, %d ranges notified; stats %+v", len(w.tables), len(w.loss), st)
+	w.mu.Unlock()
+	if st.Reconnects < 2 {
+		t.Errorf("the lookup reconnected %d times, want at least 2 (one per node killed)", st.Reconnects)
+	}
+	if st.LossNotifications == 0 {
+		t.Error("no loss notification: the churn changed no generation the lookup saw, so the test proves nothing")
+	}
+	for _, p := range w.check() {
+		t.Error(p)
+	}
+}
+
+// TestTableWatchCatchesMissedAndFalseLoss is the negative control of
+// tableWatch.check: a generation change without a loss upcall, an upcall
+// where nothing changed, a generation going back and loss on everything
+// are each reported.
+func TestTableWatchCatchesMissedAndFalseLoss(t *testing.T) {
+	const q = 1 << 62
+	t1 := []lease.Entry{ // in order of End
+		{Range: ring.Range{Start: 2 * q, End: 0}, Owner: "b", Addr: "b:1", Gen: 2},
+		{Range: ring.Range{Start: 0, End: 2 * q}, Owner: "a", Addr: "a:1", Gen: 1},
+	}
+	t2 := slices.Clone(t1)
+	t2[1].Gen = 3 // a's arc changed hands
+	for name, tt := range map[string]struct {
+		tables  [][]lease.Entry
+		loss    []ring.Range
+		lossAll int
+		want    bool // a problem reported
+	}{
+		"notified change":      {[][]lease.Entry{t1, t2}, []ring.Range{t1[1].Range}, 0, false},
+		"missed change":        {[][]lease.Entry{t1, t2}, nil, 0, true},
+		"false loss":           {[][]lease.Entry{t1, t2}, []ring.Range{t1[0].Range, t1[1].Range}, 0, true},
+		"generation went back": {[][]lease.Entry{t2, t1}, []ring.Range{t1[1].Range}, 0, true},
+		"loss on everything":   {[][]lease.Entry{t1, t2}, []ring.Range{t1[1].Range}, 1, true},
+		"nothing changed":      {[][]lease.Entry{t1, t1}, nil, 0, false},
+	} {
+		w := tableWatch{tables: tt.tables, loss: tt.loss, lossAll: tt.lossAll}
+		if got := w.check(); (len(got) > 0) != tt.want {
+			t.Errorf("%s: check() = %q, want problems: %v", name, got, tt.want)
+		}
+	}
+}
