@@ -324,6 +324,7 @@ func (n *namespace) reconcileArc(i int, d *ring.Ring) {
 	case a.st == Granted && a.holder != want:
 		a.st = Recalling
 		a.confirmed = true // from now on it may only be renewed
+		a.to = n.migrationTarget(a.holder, want)
 		if s := n.sessions[a.holder]; s != nil {
 			a.expiry = s.until
 		}
@@ -332,7 +333,7 @@ func (n *namespace) reconcileArc(i int, d *ring.Ring) {
 		n.note(EventRecall, a.holder, i)
 		n.deadlines.push(deadline{at: a.expiry, kind: arcExpiry, r: r})
 	case a.st == Recalling && a.holder == want:
-		a.st, a.expiry = Granted, 0
+		a.st, a.expiry, a.to = Granted, 0, ""
 		n.dirty[a.holder] = true
 		n.note(EventKeep, a.holder, i)
 	case a.st == Free && want != "":
@@ -342,7 +343,7 @@ func (n *namespace) reconcileArc(i int, d *ring.Ring) {
 		if g != n.stepGen {
 			g = n.grantGen()
 		}
-		a = arc{holder: want, gen: g, st: Granted, clean: a.clean}
+		a = n.grantArc(a, want, g)
 		n.dirty[want] = true
 		n.m.stats.Grants++
 	default:
@@ -375,6 +376,7 @@ func (n *namespace) message(s *session) lease.LeaseResponse {
 			}
 		})
 		s.renew, s.grant = canonLeases(renew), canonLeases(grant)
+		s.out, s.in = n.migrationOrders(s)
 		s.msgVersion = s.version + 1
 	}
 	if len(s.renew)+len(s.grant) > 0 {
@@ -384,11 +386,13 @@ func (n *namespace) message(s *session) lease.LeaseResponse {
 	s.mySeq = n.seq
 	s.resendAt = time.Time{}
 	return lease.LeaseResponse{
-		Namespace: n.cfg.Name,
-		Owner:     s.name,
-		Header:    lease.Header{Nonce: n.m.cfg.Nonce, Seq: s.mySeq, PeerNonce: s.nonce, AckSeq: s.peerSeq},
-		Renew:     s.renew,
-		Grant:     s.grant,
+		Namespace:  n.cfg.Name,
+		Owner:      s.name,
+		Header:     lease.Header{Nonce: n.m.cfg.Nonce, Seq: s.mySeq, PeerNonce: s.nonce, AckSeq: s.peerSeq},
+		Renew:      s.renew,
+		Grant:      s.grant,
+		MigrateOut: s.out,
+		MigrateIn:  s.in,
 		// Every response names the routing header, so that an owner's
 		// guard follows the namespace's (ownerguard.Owner.RoutingHeader).
 		RoutingHeader: n.cfg.Header,
