@@ -57,6 +57,7 @@ type Owner struct {
 	upcalls   clientshell.Upcalls[upcall]
 	header    string         // the namespace's routing header, "" until heard
 	onHeader  []func(string) // watchRoutingHeader's callbacks
+	mig       *migShell      // OwnerConfig.Migration; nil when off
 }
 
 type upcall struct{ granted, revoked []ring.Range }
@@ -109,6 +110,9 @@ func (o *Owner) Start(ctx context.Context) error {
 	o.done = make(chan struct{})
 	if onOwnership := o.cfg.OnOwnership; onOwnership != nil {
 		o.upcalls.Start(func(u upcall) { onOwnership(u.granted, u.revoked) })
+	}
+	if o.cfg.Migration != nil {
+		o.mig = newMigShell(o, *o.cfg.Migration)
 	}
 	s := newSession(o, core)
 	go func() {
@@ -230,6 +234,7 @@ func (o *Owner) Stats() OwnerStats {
 		Unsent:     o.unsent.Load(),
 		LastWait:   time.Duration(o.lastWait.Load()),
 		Core:       cs,
+		Migration:  o.migCounters(),
 	}
 }
 

@@ -796,11 +796,15 @@ func (x *MigrationFetch) GetGen() uint64 {
 	return 0
 }
 
-// MigrationChunk is a piece of the exported state, in order. The stream's
-// OK status marks the end of a complete export.
+// MigrationChunk is a piece of the exported state, in order: a chunk with
+// a range starts the state of that part of the fetched range (the parts
+// follow each other from the fetched range's start), and chunks with data
+// (at most 64 KiB each) carry it. The stream's OK status marks the end of a
+// complete export.
 type MigrationChunk struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	Range         *Range                 `protobuf:"bytes,2,opt,name=range,proto3" json:"range,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -838,6 +842,13 @@ func (*MigrationChunk) Descriptor() ([]byte, []int) {
 func (x *MigrationChunk) GetData() []byte {
 	if x != nil {
 		return x.Data
+	}
+	return nil
+}
+
+func (x *MigrationChunk) GetRange() *Range {
+	if x != nil {
+		return x.Range
 	}
 	return nil
 }
@@ -905,9 +916,10 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12$\n" +
 	"\x05range\x18\x03 \x01(\v2\x0e.fuge.v1.RangeR\x05range\x12\x10\n" +
-	"\x03gen\x18\x04 \x01(\x04R\x03gen\"$\n" +
+	"\x03gen\x18\x04 \x01(\x04R\x03gen\"J\n" +
 	"\x0eMigrationChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data2J\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12$\n" +
+	"\x05range\x18\x02 \x01(\v2\x0e.fuge.v1.RangeR\x05range2J\n" +
 	"\fOwnerService\x12:\n" +
 	"\x05Lease\x12\x15.fuge.v1.LeaseRequest\x1a\x16.fuge.v1.LeaseResponse(\x010\x012O\n" +
 	"\x10MigrationService\x12;\n" +
@@ -954,15 +966,16 @@ var file_fuge_v1_fuge_proto_depIdxs = []int32{
 	0,  // 11: fuge.v1.Arc.range:type_name -> fuge.v1.Range
 	6,  // 12: fuge.v1.ArcBlock.arcs:type_name -> fuge.v1.Arc
 	0,  // 13: fuge.v1.MigrationFetch.range:type_name -> fuge.v1.Range
-	3,  // 14: fuge.v1.OwnerService.Lease:input_type -> fuge.v1.LeaseRequest
-	9,  // 15: fuge.v1.MigrationService.Fetch:input_type -> fuge.v1.MigrationFetch
-	4,  // 16: fuge.v1.OwnerService.Lease:output_type -> fuge.v1.LeaseResponse
-	10, // 17: fuge.v1.MigrationService.Fetch:output_type -> fuge.v1.MigrationChunk
-	16, // [16:18] is the sub-list for method output_type
-	14, // [14:16] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	0,  // 14: fuge.v1.MigrationChunk.range:type_name -> fuge.v1.Range
+	3,  // 15: fuge.v1.OwnerService.Lease:input_type -> fuge.v1.LeaseRequest
+	9,  // 16: fuge.v1.MigrationService.Fetch:input_type -> fuge.v1.MigrationFetch
+	4,  // 17: fuge.v1.OwnerService.Lease:output_type -> fuge.v1.LeaseResponse
+	10, // 18: fuge.v1.MigrationService.Fetch:output_type -> fuge.v1.MigrationChunk
+	17, // [17:19] is the sub-list for method output_type
+	15, // [15:17] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_fuge_v1_fuge_proto_init() }
