@@ -82,6 +82,20 @@ func (n *namespace) released(a arc, migrated bool) arc {
 	return f
 }
 
+// keepImport reports whether an arc that s's request omits stays granted
+// to s rather than being released: an import s has not confirmed yet. A
+// request that omits a grant it never listed comes from an owner that
+// dropped the response carrying it as racing (the request acknowledges
+// that response all the same); freeing the arc would regrant it under a
+// new generation that continues nothing, a loss notification for a
+// migration that has not even started. Keeping it is safe: s never held
+// it, nobody else may, and the grant is sent again. An owner that took an
+// import lists it (confirming it) before it can fail it, so a failed
+// import is still released; a draining owner releases everything.
+func (n *namespace) keepImport(s *session, a arc) bool {
+	return a.st == Granted && !a.confirmed && a.clean && a.src != "" && !s.draining
+}
+
 // grantArc is the arc granted to want under g, from the free arc a: an
 // import when a was released clean for want in this very step (g is the
 // generation it was freed under), a plain grant otherwise.

@@ -268,6 +268,13 @@ func TestMigrationImportFailureRegrantsWithLoss(t *testing.T) {
 		t.Fatal("no import")
 	}
 	failed := b.in[0]
+	// b took it (its next request lists it, which confirms the grant),
+	// then its import failed.
+	out, err := m.Request(b.req(), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.take(out)
 	var kept []lease.Lease
 	for _, l := range b.held {
 		if l.Range != failed.Range {
@@ -275,7 +282,7 @@ func TestMigrationImportFailureRegrantsWithLoss(t *testing.T) {
 		}
 	}
 	b.held = kept
-	out, err := m.Request(b.req(), t0)
+	out, err = m.Request(b.req(), t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,5 +317,66 @@ func TestMigrationHandoverRequest(t *testing.T) {
 	}
 	if ow, _ := m.Owners("ns"); len(ow) != 2 || !ow[0].Draining {
 		t.Errorf("owners after handover = %+v", ow)
+	}
+}
+
+// An import grant the new owner never took (it dropped the response as
+// racing, and its next request, acknowledging that response, omits it)
+// stays granted and is sent again, rather than regranted under a new
+// generation with a loss notification.
+func TestMigrationUntakenImportIsKept(t *testing.T) {
+	m := newTestManager(t, 16)
+	a, b := newMigOwner("a", 1), newMigOwner("b", 2)
+	migExchange(t, m, t0, a, b)
+	out, _ := m.Drain("ns", "a", t0)
+	a.take(out)
+	a.held = nil
+	out, _ = m.Request(a.req(), t0)
+	var grant lease.LeaseResponse
+	for _, r := range out.Send {
+		if r.Owner == "b" {
+			grant = r
+		}
+	}
+	if len(grant.MigrateIn) == 0 {
+		t.Fatal("no import")
+	}
+	// b drops it as racing but acknowledges it: its request omits it.
+	b.peer, b.peerSq = grant.Nonce, grant.Seq
+	out, err := m.Request(b.req(), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Commits) != 0 {
+		t.Fatalf("an untaken import was regranted: %+v", out.Commits)
+	}
+	if !b.take(out) || len(b.in) != len(grant.MigrateIn) || b.in[0] != grant.MigrateIn[0] {
+		t.Fatalf("the import is not sent again: %+v", b.in)
+	}
+	// A draining owner releases even an untaken import.
+	m2 := newTestManager(t, 16)
+	a2, b2, c2 := newMigOwner("a", 1), newMigOwner("b", 2), newMigOwner("c", 3)
+	migExchange(t, m2, t0, a2, b2, c2)
+	out, _ = m2.Drain("ns", "a", t0)
+	a2.take(out)
+	b2.take(out)
+	a2.held = nil
+	out, _ = m2.Request(a2.req(), t0)
+	b2.take(out)
+	if len(b2.in) == 0 {
+		t.Fatal("no import to b")
+	}
+	if _, err := m2.Drain("ns", "b", t0); err != nil {
+		t.Fatal(err)
+	}
+	b2.held = nil
+	out, err = m2.Request(b2.req(), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range out.Send {
+		if r.Owner == "b" && (len(r.Grant) > 0 || len(r.Renew) > 0) {
+			t.Errorf("a draining owner keeps %v %v", r.Grant, r.Renew)
+		}
 	}
 }

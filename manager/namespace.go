@@ -469,6 +469,9 @@ func (n *namespace) applyHeld(s *session, req lease.LeaseRequest) {
 			}
 			return
 		}
+		if n.keepImport(s, a) {
+			return
+		}
 		n.set(i, n.released(a, inAny(mig, r.End)))
 		n.m.stats.Releases++
 		n.changed = true

@@ -220,6 +220,7 @@ func (c *Core) accept(resp lease.LeaseResponse, now time.Time) Output {
 	held := c.heldAt(n)
 	if live && len(resp.Grant) == 0 && len(held) > 0 && sameLeases(resp.Renew, held) && len(resp.MigrateOut) == 0 {
 		c.stats.Renewed++
+		c.mig.migrated = nil // nothing is recalled any more
 		c.expiry = exp
 		c.view = c.view.renewed(exp)
 		return Output{}

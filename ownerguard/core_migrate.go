@@ -80,7 +80,14 @@ func (m *migState) fill(c *Core, req *lease.LeaseRequest) {
 // crossed it). It returns the imports to start. next is the Core's own
 // new table, not yet installed.
 func (c *Core) markImports(next *ring.Table[slot], resp lease.LeaseResponse, n int64) []Import {
-	c.mig.migrated = nil // the accepted response acknowledges the request that listed them
+	// A range released as migrated stays listed while the manager still
+	// recalls it: a response may acknowledge a request the manager
+	// dropped as racing (it records the sequence number all the same), and
+	// a request that omitted the range without listing it would release
+	// it plainly.
+	c.mig.migrated = slices.DeleteFunc(c.mig.migrated, func(r ring.Range) bool {
+		return !slices.ContainsFunc(resp.MigrateOut, func(o lease.Migration) bool { _, ok := intersect(o.Range, r); return ok })
+	})
 	if c.cfg.MigrationAddr == "" {
 		return nil
 	}
@@ -89,6 +96,14 @@ func (c *Core) markImports(next *ring.Table[slot], resp lease.LeaseResponse, n i
 		prev = ring.NewTable(slot{})
 	}
 	orders := slices.SortedFunc(slices.Values(resp.MigrateIn), func(a, b lease.Migration) int { return cmp.Compare(a.Range.End, b.Range.End) })
+	// Cut next at the orders' ends, so that each piece of the walk lies in
+	// one order or in none: a grant merged with an adjacent one of the
+	// same generation may be part import, part plain.
+	xs := make([]uint64, 0, 2*len(orders))
+	for _, o := range orders {
+		xs = append(xs, o.Range.Start, o.Range.End)
+	}
+	next.SplitAll(xs)
 	var sets []ring.Assignment[slot]
 	started := map[int]bool{}
 	ring.Walk(prev, next, func(r ring.Range, pv, nv slot) {
@@ -108,11 +123,11 @@ func (c *Core) markImports(next *ring.Table[slot], resp lease.LeaseResponse, n i
 			started[k] = true
 		}
 	})
+	next.SetAll(sets)
+	next.Compact()
 	if len(sets) == 0 {
 		return nil
 	}
-	next.SetAll(sets)
-	next.Compact()
 	var out []Import
 	for k := range orders {
 		if !started[k] {

@@ -178,3 +178,46 @@ func TestMigrationHandover(t *testing.T) {
 		t.Errorf("handover without migration sent %+v", out.Send)
 	}
 }
+
+// A grant merged with an adjacent grant of the same generation may be part
+// import, part plain: only the part an order names waits for its state.
+func TestMigrationImportOnlyWhatTheOrderNames(t *testing.T) {
+	c := newCore(t, withMigration)
+	m := &fakeMgr{nonce: mgrNonce}
+	req := c.Start(at(0)).Send
+	resp := m.reply(req, nil, []lease.Lease{ls(rg(100, 200), 7), ls(rg(200, 300), 7)})
+	resp.MigrateIn = []lease.Migration{order(rg(100, 200), 7, "owner-z")}
+	out := c.Step(resp, at(time.Second))
+	if len(out.Imports) != 1 || !eqRanges(out.Granted, []ring.Range{rg(200, 300)}) {
+		t.Fatalf("imports %+v, granted %v", out.Imports, out.Granted)
+	}
+	if _, ok := c.GetOwnershipHandle(150, at(time.Second)); ok {
+		t.Error("the import is served")
+	}
+	if _, ok := c.GetOwnershipHandle(250, at(time.Second)); !ok {
+		t.Error("the plain grant next to it waits for an import")
+	}
+}
+
+// A range released as migrated stays listed while the manager still
+// recalls it: the response accepted may acknowledge a request the manager
+// dropped as racing, and omitting the range unlisted would release it
+// plainly.
+func TestMigrationMigratedListedUntilReleased(t *testing.T) {
+	c, m, req := granted(t, withMigration, leaseA, leaseB)
+	resp := m.reply(req, []lease.Lease{leaseB}, nil)
+	resp.MigrateOut = []lease.Migration{order(rangeA, leaseA.Gen, "owner-b")}
+	out := c.Step(resp, at(2*time.Second))
+	// The manager dropped that request; its re-send still recalls A.
+	resp = m.reply(out.Send, []lease.Lease{leaseB}, nil)
+	resp.MigrateOut = []lease.Migration{order(rangeA, leaseA.Gen, "owner-b")}
+	c.Step(resp, at(3*time.Second))
+	if req := c.Resend(at(4 * time.Second)).Send; !eqRanges(req.Migrated, []ring.Range{rangeA}) {
+		t.Fatalf("Migrated dropped while the manager still recalls it: %+v", req.Migrated)
+	}
+	// Released: the next response no longer recalls it.
+	c.Step(m.reply(c.Resend(at(5*time.Second)).Send, []lease.Lease{leaseB}, nil), at(5*time.Second))
+	if req := c.Resend(at(6 * time.Second)).Send; len(req.Migrated) != 0 {
+		t.Errorf("Migrated still listed after the release: %+v", req.Migrated)
+	}
+}

@@ -218,6 +218,13 @@ func (m *migShell) offer(os []Offer) {
 		return
 	}
 	m.mu.Lock()
+	// A newer offer of a range supersedes an older one that was never
+	// fetched: the range came back and was served under a newer
+	// generation since, so the older state is stale. Its revocation is
+	// the newer offer's.
+	m.offers = slices.DeleteFunc(m.offers, func(old Offer) bool {
+		return slices.ContainsFunc(os, func(of Offer) bool { _, ok := intersect(old.Range, of.Range); return ok })
+	})
 	m.offers = append(m.offers, os...)
 	m.mu.Unlock()
 }

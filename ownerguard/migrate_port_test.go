@@ -176,3 +176,17 @@ func TestMigrationPortBoundsSize(t *testing.T) {
 		t.Errorf("oversized export: %v after %d bytes, want Aborted", code, n)
 	}
 }
+
+// A newer offer of a range supersedes an older, unfetched one.
+func TestMigrationOfferSupersedes(t *testing.T) {
+	m, _ := portShell(t, &bytesMigrator{}, 0, "")
+	now := m.o.clock.Now()
+	m.offer([]Offer{{Range: rg(150, 250), Gen: 7, Peer: "c", Deadline: now.Add(time.Minute)}})
+	if _, ok := m.take("b", rg(100, 200), now); ok {
+		t.Error("the superseded offer to b was served")
+	}
+	parts, ok := m.take("c", rg(150, 250), now)
+	if !ok || len(parts) != 1 || parts[0].Gen != 7 {
+		t.Errorf("the newer offer: %+v %v", parts, ok)
+	}
+}
