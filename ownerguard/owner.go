@@ -257,7 +257,10 @@ func (o *Owner) Err() error {
 // for that answer first (without taking anything it grants), since the
 // manager drops a request that does not acknowledge its latest message;
 // then the leaving request goes out and the stream is half-closed so the
-// manager learns the session is over. Close waits up to CloseTimeout in all
+// manager learns the session is over. With OwnerConfig.Migration, Close
+// first asks the manager to move every range elsewhere with its state and
+// serves what is not yet recalled meanwhile, for up to HandoverTimeout
+// (see Migrator). Close then waits up to CloseTimeout in all
 // (a negative CloseTimeout may cancel the stream before the leaving request
 // is written; a leaving request that is lost or dropped leaves the arcs to
 // expire as after a crash).
