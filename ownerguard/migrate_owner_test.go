@@ -167,7 +167,16 @@ func startMigPool(t *testing.T) *migPool {
 	}
 	// b's arcs came from a, by migration (there was nothing to move):
 	// served once imported.
-	fugetest.Eventually(t, "every key served by a or b", func() bool {
+	fugetest.Eventually(t, "every arc served by its owner, imports done", func() bool {
+		for _, e := range l.Entries() {
+			o := map[string]*ownerguard.Owner{"a": p.a, "b": p.b}[e.Owner]
+			if o == nil {
+				return false
+			}
+			if h, ok := o.GetOwnershipHandle(e.Range.End); !ok || h.Gen != e.Gen {
+				return false
+			}
+		}
 		for _, k := range p.keys {
 			if held(p.a, k) == held(p.b, k) {
 				return false
