@@ -385,18 +385,18 @@ func (n *namespace) message(s *session) lease.LeaseResponse {
 	n.seq++
 	s.mySeq = n.seq
 	s.resendAt = time.Time{}
-	return lease.LeaseResponse{
-		Namespace:  n.cfg.Name,
-		Owner:      s.name,
-		Header:     lease.Header{Nonce: n.m.cfg.Nonce, Seq: s.mySeq, PeerNonce: s.nonce, AckSeq: s.peerSeq},
-		Renew:      s.renew,
-		Grant:      s.grant,
-		MigrateOut: s.out,
-		MigrateIn:  s.in,
+	resp := lease.LeaseResponse{
+		Namespace: n.cfg.Name,
+		Owner:     s.name,
+		Header:    lease.Header{Nonce: n.m.cfg.Nonce, Seq: s.mySeq, PeerNonce: s.nonce, AckSeq: s.peerSeq},
+		Renew:     s.renew,
+		Grant:     s.grant,
 		// Every response names the routing header, so that an owner's
 		// guard follows the namespace's (ownerguard.Owner.RoutingHeader).
 		RoutingHeader: n.cfg.Header,
 	}
+	resp.MigrateOut, resp.MigrateIn = s.out, s.in
+	return resp
 }
 
 // canonLeases puts disjoint leases in the canonical order an owner keeps
