@@ -43,6 +43,9 @@ bench-ratelimit: ## Fleet-wide rate limits on 10 real fuge-proxies, 3 managers, 
 bench-manager: ## Measure the manager under 500 owners + 2,000 lookups (PRS §7.1) at R=4096 (RING='4096 65536' adds the large ring; needs many GB in the load generator); SCALE=10: 5,000 + 20,000 on 3 nodes; MARKDOWN=FILE
 	go run ./bench/managerscale -ring '$(or $(strip $(RING)),4096)' -changes 4 $(if $(filter 10,$(SCALE)),-owners 5000 -lookups 20000 -nodes 3 -steady 30s -churn 30s) $(if $(strip $(MARKDOWN)),-markdown '$(strip $(MARKDOWN))')
 
+bench-migration: ## Drain one presence server under load, state migration off then on: devices republished
+	go run ./bench/migration/cmd
+
 chaos: ## Run the fault harness (real processes) for DURATION (2m) from SEED (1), or SCENARIOS once each
 	go run ./bench/chaos -seed '$(or $(strip $(SEED)),1)' -duration '$(or $(strip $(DURATION)),2m)' $(if $(strip $(SCENARIOS)),-scenarios '$(strip $(SCENARIOS))')
 
@@ -62,4 +65,4 @@ clean: ## Remove ./bin and the Go test cache
 	rm -rf bin
 	go clean -testcache
 
-.PHONY: help test vet fmt fuzz bench bench-go bench-manager bench-ratelimit chaos sim proto demo tidy clean
+.PHONY: help test vet fmt fuzz bench bench-go bench-manager bench-migration bench-ratelimit chaos sim proto demo tidy clean

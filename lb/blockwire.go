@@ -16,6 +16,7 @@ import (
 const (
 	blockNamespace, blockNumber, blockArcs            = 1, 2, 3
 	arcNamespace, arcRange, arcOwner, arcAddr, arcGen = 1, 2, 3, 4, 5
+	arcMigratedFrom                                   = 6
 	rangeStart, rangeEnd                              = 1, 2
 )
 
@@ -175,6 +176,12 @@ func decodeArc(b []byte, intern *interner) (e lease.Entry, ok bool, err error) {
 				return e, false, errWire
 			}
 			e.Gen, b = lease.Gen(v), b[n:]
+		case num == arcMigratedFrom && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return e, false, errWire
+			}
+			e.MigratedFrom, b = lease.Gen(v), b[n:]
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, b)
 			if n < 0 {
@@ -182,6 +189,9 @@ func decodeArc(b []byte, intern *interner) (e lease.Entry, ok bool, err error) {
 			}
 			b = b[n:]
 		}
+	}
+	if e.MigratedFrom != 0 && e.MigratedFrom >= e.Gen {
+		return e, false, fmt.Errorf("%w: arc of generation %d migrated from a later generation %d", errMalformed, e.Gen, e.MigratedFrom)
 	}
 	if e.Owner, e.Addr, err = intern.pair(owner, addr); err != nil {
 		return e, false, err

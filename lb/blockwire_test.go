@@ -47,6 +47,9 @@ func randomBlock(rnd *rand.Rand) []byte {
 		if rnd.IntN(4) > 0 {
 			a.Owner, a.Addr = []string{"a", "b", "c"}[rnd.IntN(3)], "h:1"
 		}
+		if rnd.IntN(3) == 0 { // migrated: from an older generation, or (malformed) not
+			a.MigratedFrom = uint64(rnd.IntN(i + 3))
+		}
 		switch rnd.IntN(20) {
 		case 0:
 			a.Range = nil

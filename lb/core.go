@@ -106,6 +106,16 @@ type CoreStats struct {
 type value struct {
 	owner, addr string
 	gen         lease.Gen
+	from        lease.Gen // lease.Entry.MigratedFrom
+}
+
+// lostState reports whether moving an arc from old to v loses state: its
+// generation changed, and not by a clean migration from exactly the
+// generation this lookup knew (lease.Entry.MigratedFrom). A lookup that
+// missed a generation in between cannot know that no loss happened there,
+// so it notifies.
+func lostState(old, v value) bool {
+	return old.gen != v.gen && (v.from == 0 || v.from != old.gen)
 }
 
 // Core is the Lookup library's pure state machine: it holds a copy of the
@@ -204,8 +214,8 @@ func (c *Core) stepChanges(resp lease.LookupResponse, now time.Time) Output {
 	var lost []ring.Assignment[bool]
 	c.table.UpdateAll(rs, func(i int, r ring.Range, old value) value {
 		ch := resp.Changes[i]
-		v := value{owner: ch.Entry.Owner, addr: ch.Entry.Addr, gen: ch.Entry.Gen}
-		if old.gen != v.gen && !ch.Clean {
+		v := value{owner: ch.Entry.Owner, addr: ch.Entry.Addr, gen: ch.Entry.Gen, from: ch.Entry.MigratedFrom}
+		if lostState(old, v) && !ch.Clean {
 			lost = append(lost, ring.Assignment[bool]{Range: r, Value: true})
 		}
 		return v
@@ -321,7 +331,7 @@ func (c *Core) Entries() []lease.Entry {
 		if r.IsFull() {
 			r = ring.Full()
 		}
-		out = append(out, lease.Entry{Range: r, Owner: v.owner, Addr: v.addr, Gen: v.gen})
+		out = append(out, lease.Entry{Range: r, Owner: v.owner, Addr: v.addr, Gen: v.gen, MigratedFrom: v.from})
 	})
 	return out
 }
@@ -412,7 +422,7 @@ func buildTable(es []lease.Entry) (*ring.Table[value], error) {
 		if j < len(sorted) {
 			e = sorted[j]
 		}
-		t.SetValue(i, value{owner: e.Owner, addr: e.Addr, gen: e.Gen})
+		t.SetValue(i, value{owner: e.Owner, addr: e.Addr, gen: e.Gen, from: e.MigratedFrom})
 	}
 	t.Compact()
 	return t, nil
@@ -432,7 +442,7 @@ func diffGens(a, b *ring.Table[value]) []ring.Range {
 	// Each (previous end, e] lies inside one arc of a and one of b.
 	var lost []ring.Assignment[bool]
 	for k, e := range ends {
-		if a.Get(e).gen == b.Get(e).gen {
+		if !lostState(a.Get(e), b.Get(e)) {
 			continue
 		}
 		r := ring.Range{Start: ends[(k+len(ends)-1)%len(ends)], End: e}

@@ -43,9 +43,10 @@
 // # Loss notification
 //
 // Applying a change signals loss on exactly the sub-ranges whose generation
-// it changes, unless the change is Clean (the state was migrated). Applying a
-// snapshot signals loss on every range whose generation differs from the
-// table it replaces; the first table signals nothing, since nothing was known
+// it changes, unless the change is Clean or its entry's MigratedFrom is the
+// generation it replaces (the state was migrated). Applying a snapshot
+// signals loss on every range whose generation differs from the table it
+// replaces, save where the new entry is MigratedFrom the old generation; the first table signals nothing, since nothing was known
 // to be lost. Loss ranges are merged and returned in ring order (ascending
 // End). An owner change without a generation change signals nothing.
 //
@@ -129,8 +130,12 @@
 // loss on every range; the next table after reconnecting diffs against the
 // old one and signals what changed.
 //
-// Over xDS an arc carries no Clean flag, so a clean migration is signalled
-// as a loss: an extra notification, which PRS allows.
+// Over xDS a lookup sees tables, not changes: an arc carries MigratedFrom
+// (fuge.v1.Arc field 6), the generation whose state its own continues after
+// a clean migration. An arc whose generation changed signals no loss when
+// MigratedFrom is the very generation this lookup knew; when it is another
+// (the lookup missed a generation, which may have been a loss) it signals,
+// an extra notification that PRS allows.
 //
 // A Lookup dials a connection of its own for each stream. Lookups in one
 // process (a router following several namespaces, a load generator) can

@@ -68,7 +68,7 @@ func runProp(t *testing.T, seed uint64) bool {
 
 	model := ring.NewTable(value{})
 	for _, e := range initial {
-		model.Set(e.Range, value{e.Owner, e.Addr, e.Gen})
+		model.Set(e.Range, value{e.Owner, e.Addr, e.Gen, 0})
 	}
 	var pts []*point
 	for _, p := range pool {
@@ -100,7 +100,7 @@ func runProp(t *testing.T, seed uint64) bool {
 		e := lease.Entry{Range: r, Owner: o, Addr: ent(0, 0, o, 0).Addr, Gen: g}
 		ch := lease.Change{Entry: e, Clean: rnd.IntN(5) == 0}
 		changes = append(changes, ch)
-		model.Set(r, value{e.Owner, e.Addr, e.Gen})
+		model.Set(r, value{e.Owner, e.Addr, e.Gen, 0})
 		for _, p := range pts {
 			if r.Contains(p.h) {
 				if p.cur.Gen != g && !ch.Clean {

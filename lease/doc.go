@@ -26,6 +26,18 @@
 // other owner can be granted what it held. A leaving request dropped as
 // racing changes nothing: the leases then expire as after a crash.
 //
+// State migration (manager/migrate.go, ownerguard/core_migrate.go): an
+// owner that serves MigrationService names it (MigrationAddr). A recall
+// caused by a change of the desired ring while both owners are alive is
+// sent as a migration (LeaseResponse.MigrateOut, naming the new owner); the
+// old owner stops serving the range, releases it listing it as Migrated,
+// and offers its state to the new owner, which is granted the range as an
+// import (MigrateIn, naming the old owner) and serves it only once it has
+// fetched the state, or gives it back when that fails or its deadline
+// passes. The lookups' view marks the new generation MigratedFrom the old
+// one. Anything else is a plain handoff. Handover asks for a drain with
+// migration, which Owner.Close sends before leaving.
+//
 // Owner names and incarnations: an owner's name is its place in the ring
 // (its hash_key), not an identity. Each process that runs under a name is
 // an incarnation with a fresh random nonce, and the manager assumes nothing
@@ -69,5 +81,6 @@
 // the whole table when the log was truncated past it, when the nonce differs,
 // or when the snapshot is smaller than the changes. Generations per range only
 // grow; a lookup signals loss on every range whose generation changed, except
-// when the change is marked as a clean migration.
+// when the change is marked as a clean migration: its entry is MigratedFrom
+// the very generation the lookup knew.
 package lease

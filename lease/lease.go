@@ -42,9 +42,21 @@ type LeaseRequest struct {
 	// A lease of this owner that the manager knows and that is absent here is
 	// released (when the request is not racing).
 	Held []Lease
-	// Migrated lists released ranges whose state the owner handed over
-	// cleanly; their change is flagged Clean and lookups do not signal loss.
+	// Migrated lists released ranges that the manager recalled as a
+	// migration (LeaseResponse.MigrateOut) and whose state this owner will
+	// export to the new owner: it has stopped serving them. Only a range
+	// both recalled as a migration and released as migrated is granted to
+	// the new owner as an import; anything else is a plain handoff.
 	Migrated []ring.Range
+	// MigrationAddr is where this owner serves MigrationService (host:port),
+	// or "" when it cannot migrate state: the manager then never flags a
+	// migration to or from it.
+	MigrationAddr string
+	// Handover asks the manager to take this owner out of the ring with its
+	// state: every range is recalled as a migration to its new owner (a
+	// drain the owner asked for). Owner.Close sends it before its leaving
+	// request when it has a Migrator.
+	Handover bool
 	// Refused lists renewals the owner refused since its last request
 	// (for the record; omitting them from Held is what releases them).
 	Refused []Lease
@@ -65,6 +77,25 @@ type LeaseResponse struct {
 	// RoutingHeader is the namespace's routing header, whose value the
 	// routers hash: the owner's guard reads the key from it.
 	RoutingHeader string
+	// MigrateOut lists ranges recalled from this owner as a clean handoff:
+	// they are absent from Renew and Grant like any recall, and Peer is
+	// the new owner, to which the owner exports their state once it has
+	// stopped serving them (releasing them as Migrated). Gen is the
+	// generation the owner held them under.
+	MigrateOut []Migration
+	// MigrateIn lists granted ranges (each also in Grant, under Gen) whose
+	// state the owner imports from Peer, their previous owner, before it
+	// serves them: it holds them but refuses requests until the import
+	// completed or its deadline passed.
+	MigrateIn []Migration
+}
+
+// Migration names the other side of a clean handoff of one range.
+type Migration struct {
+	Range    ring.Range
+	Gen      Gen
+	Peer     string // the other owner's name
+	PeerAddr string // where it serves MigrationService
 }
 
 // Entry is one range of the lookups' view of the lease table. Owner is empty
@@ -74,6 +105,12 @@ type Entry struct {
 	Owner string
 	Addr  string
 	Gen   Gen
+	// MigratedFrom, when not 0, is the generation whose state this one
+	// continues: the range moved to its owner by a clean migration from
+	// the holder of MigratedFrom. A lookup that knew the range under
+	// MigratedFrom signals no loss for it; under any other generation it
+	// does (it may have missed a loss in between).
+	MigratedFrom Gen
 }
 
 // Change sets one range of the lookups' view.
@@ -81,7 +118,8 @@ type Change struct {
 	LSN   uint64
 	Entry Entry
 	// Clean marks a change whose new generation does not mean lost state:
-	// the state was migrated to the new owner.
+	// the state was migrated to the new owner (Entry.MigratedFrom is the
+	// generation it replaces).
 	Clean bool
 }
 

@@ -68,6 +68,10 @@ type Config struct {
 	// UnsafeNoBounds accepts requests listing more ranges than the ring has
 	// arcs. Only for the hostile-client tests' negative controls.
 	UnsafeNoBounds bool
+	// DisableMigration makes every recall a plain one: no range is handed
+	// over with its state (migrate.go), whatever the owners support. For
+	// benchmarks that compare the two.
+	DisableMigration bool
 }
 
 // DefaultConfig returns the documented defaults (with Nonce 1).

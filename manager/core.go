@@ -43,6 +43,11 @@ type Stats struct {
 	RefusedOversize                         uint64 // requests listing more ranges than MaxRangesPerRing allows
 	RefusedFull                             uint64 // new owner names refused: ErrNamespaceFull
 	LookupSnapshots, LookupDeltas           uint64
+	// Migrations (migrate.go): ranges released as migrated after a
+	// migration recall, granted to their new owner as imports, and freed
+	// clean but granted plainly (the named owner was gone or the arc sat
+	// free), counted per arc.
+	MigrationsReleased, MigrationsGranted, MigrationsFallenBack uint64
 }
 
 // Manager is the pure lease core: namespaces, owner sessions, the lease

@@ -191,26 +191,6 @@ func TestExpiryFreesUnderNewGeneration(t *testing.T) {
 	}
 }
 
-func TestCleanMigrationFlagsTheChange(t *testing.T) {
-	m := newTestManager(t, 8)
-	a := &owner{name: "a", nonce: 1}
-	exchange(t, m, t0, a)
-	// a releases everything, saying the state went with it.
-	a.held = nil
-	out, err := m.Request(a.request(ring.Full()), t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(out.Commits) == 0 {
-		t.Fatal("release made no change")
-	}
-	for _, c := range out.Commits[0].Changes {
-		if !c.Clean {
-			t.Errorf("change %+v after a migrated release is not clean", c)
-		}
-	}
-}
-
 func TestLookupDeltaOrSnapshot(t *testing.T) {
 	m := newTestManager(t, 16)
 	first, _ := m.Lookup(lease.LookupRequest{Namespace: "ns"}, t0)

@@ -104,7 +104,7 @@ func (s *NamespaceState) Apply(c Commit, retention time.Duration) error {
 
 // assignment is an entry's view value on its range.
 func assignment(e lease.Entry) ring.Assignment[viewVal] {
-	return ring.Assignment[viewVal]{Range: e.Range, Value: viewVal{Owner: e.Owner, Addr: e.Addr, Gen: e.Gen}}
+	return ring.Assignment[viewVal]{Range: e.Range, Value: viewVal{Owner: e.Owner, Addr: e.Addr, Gen: e.Gen, From: e.MigratedFrom}}
 }
 
 // appendAssignments appends the assignment of each entry.
@@ -118,7 +118,7 @@ func appendAssignments(as []ring.Assignment[viewVal], es []lease.Entry) []ring.A
 func tableEntries(t *ring.Table[viewVal]) []lease.Entry {
 	out := make([]lease.Entry, 0, t.Len())
 	t.Each(func(r ring.Range, v viewVal) {
-		out = append(out, lease.Entry{Range: r, Owner: v.Owner, Addr: v.Addr, Gen: v.Gen})
+		out = append(out, lease.Entry{Range: r, Owner: v.Owner, Addr: v.Addr, Gen: v.Gen, MigratedFrom: v.From})
 	})
 	return out
 }
@@ -209,6 +209,7 @@ func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, erro
 			default:
 				a = arc{holder: e.Owner, gen: e.Gen, st: Granted, confirmed: true}
 			}
+			a.from, a.clean = e.MigratedFrom, e.MigratedFrom != 0
 			arcs = append(arcs, ring.Assignment[arc]{Range: e.Range, Value: a})
 		}
 		n.table = ring.NewTable(arc{})

@@ -39,6 +39,12 @@ type arc struct {
 	st        State
 	confirmed bool // the holder listed it since the grant: send as renewal, never re-grant
 	clean     bool // freed by a clean migration: its new generation is not a loss
+	// Migration (migrate.go): to is the new owner a Recalling arc was
+	// recalled for as a migration (its holder exports to it); a clean arc
+	// was released as migrated by src under generation from, and is
+	// granted to to as an import.
+	to, src string
+	from    lease.Gen
 	// expiry is the manager-side hold end of a Recalling arc or an orphan,
 	// in unix nanoseconds, fixed when it was recalled or orphaned. A Granted
 	// arc expires with its holder's session (session.until) and has 0
@@ -62,6 +68,7 @@ type session struct {
 	lastRecv   time.Time
 	resendAt   time.Time // pending re-send after a dropped racing request
 	draining   bool
+	migAddr    string // where it serves MigrationService; "" if it cannot migrate
 	// waiting marks a new incarnation that replaced a live one: it is
 	// granted nothing while any arc it orphaned (orphanRanges) is left (a
 	// name is not an identity; see replace).
@@ -91,6 +98,7 @@ type session struct {
 	// The message cache: renewals and grants as of msgVersion-1 (0: none).
 	// Messages share these slices; nobody modifies them.
 	renew, grant []lease.Lease
+	out, in      []lease.Migration // migration orders (migrate.go)
 	msgVersion   uint64
 }
 
@@ -304,6 +312,7 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 	}
 	st.Accepted++
 	st.Refused += uint64(len(req.Refused))
+	n.migrationRequest(s, req)
 	if req.Leaving {
 		n.leave(s)
 	}
@@ -460,7 +469,10 @@ func (n *namespace) applyHeld(s *session, req lease.LeaseRequest) {
 			}
 			return
 		}
-		n.set(i, n.free(inAny(mig, r.End)))
+		if n.keepImport(s, a) {
+			return
+		}
+		n.set(i, n.released(a, inAny(mig, r.End)))
 		n.m.stats.Releases++
 		n.changed = true
 	})

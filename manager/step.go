@@ -324,6 +324,7 @@ func (n *namespace) reconcileArc(i int, d *ring.Ring) {
 	case a.st == Granted && a.holder != want:
 		a.st = Recalling
 		a.confirmed = true // from now on it may only be renewed
+		a.to = n.migrationTarget(a.holder, want)
 		if s := n.sessions[a.holder]; s != nil {
 			a.expiry = s.until
 		}
@@ -332,7 +333,7 @@ func (n *namespace) reconcileArc(i int, d *ring.Ring) {
 		n.note(EventRecall, a.holder, i)
 		n.deadlines.push(deadline{at: a.expiry, kind: arcExpiry, r: r})
 	case a.st == Recalling && a.holder == want:
-		a.st, a.expiry = Granted, 0
+		a.st, a.expiry, a.to = Granted, 0, ""
 		n.dirty[a.holder] = true
 		n.note(EventKeep, a.holder, i)
 	case a.st == Free && want != "":
@@ -342,7 +343,7 @@ func (n *namespace) reconcileArc(i int, d *ring.Ring) {
 		if g != n.stepGen {
 			g = n.grantGen()
 		}
-		a = arc{holder: want, gen: g, st: Granted, clean: a.clean}
+		a = n.grantArc(a, want, g)
 		n.dirty[want] = true
 		n.m.stats.Grants++
 	default:
@@ -375,6 +376,7 @@ func (n *namespace) message(s *session) lease.LeaseResponse {
 			}
 		})
 		s.renew, s.grant = canonLeases(renew), canonLeases(grant)
+		s.out, s.in = n.migrationOrders(s)
 		s.msgVersion = s.version + 1
 	}
 	if len(s.renew)+len(s.grant) > 0 {
@@ -383,7 +385,7 @@ func (n *namespace) message(s *session) lease.LeaseResponse {
 	n.seq++
 	s.mySeq = n.seq
 	s.resendAt = time.Time{}
-	return lease.LeaseResponse{
+	resp := lease.LeaseResponse{
 		Namespace: n.cfg.Name,
 		Owner:     s.name,
 		Header:    lease.Header{Nonce: n.m.cfg.Nonce, Seq: s.mySeq, PeerNonce: s.nonce, AckSeq: s.peerSeq},
@@ -393,6 +395,8 @@ func (n *namespace) message(s *session) lease.LeaseResponse {
 		// guard follows the namespace's (ownerguard.Owner.RoutingHeader).
 		RoutingHeader: n.cfg.Header,
 	}
+	resp.MigrateOut, resp.MigrateIn = s.out, s.in
+	return resp
 }
 
 // canonLeases puts disjoint leases in the canonical order an owner keeps

@@ -15,11 +15,12 @@ import (
 type viewVal struct {
 	Owner, Addr string
 	Gen         lease.Gen
+	From        lease.Gen // lease.Entry.MigratedFrom
 	clean       bool
 }
 
 func (v viewVal) same(w viewVal) bool {
-	return v.Owner == w.Owner && v.Addr == w.Addr && v.Gen == w.Gen
+	return v.Owner == w.Owner && v.Addr == w.Addr && v.Gen == w.Gen && v.From == w.From
 }
 
 // projection is the lookups' view of one lease-table arc: recalling arcs are
@@ -28,11 +29,11 @@ func (v viewVal) same(w viewVal) bool {
 func (n *namespace) projection(a arc) viewVal {
 	switch {
 	case a.st == Free:
-		return viewVal{Gen: a.gen, clean: a.clean}
+		return viewVal{Gen: a.gen, From: a.from, clean: a.clean}
 	case a.orphan:
-		return viewVal{Owner: a.holder, Addr: a.orphanAddr, Gen: a.gen, clean: a.clean}
+		return viewVal{Owner: a.holder, Addr: a.orphanAddr, Gen: a.gen, From: a.from, clean: a.clean}
 	}
-	return viewVal{Owner: a.holder, Addr: n.addrs[a.holder], Gen: a.gen, clean: a.clean}
+	return viewVal{Owner: a.holder, Addr: n.addrs[a.holder], Gen: a.gen, From: a.from, clean: a.clean}
 }
 
 // publish diffs the lookups' view against the lease table in the step's
@@ -71,12 +72,15 @@ func (n *namespace) publish(now time.Time) Commit {
 			continue // only the clean mark, which lookups do not see
 		}
 		c := lease.Change{
-			Entry: lease.Entry{Range: p.r, Owner: p.nv.Owner, Addr: p.nv.Addr, Gen: p.nv.Gen},
-			Clean: p.nv.clean && p.nv.Gen != p.old.Gen,
+			Entry: lease.Entry{Range: p.r, Owner: p.nv.Owner, Addr: p.nv.Addr, Gen: p.nv.Gen, MigratedFrom: p.nv.From},
+			// Clean only where the state came from the very generation
+			// lookups knew: a migration's new generation replaces the
+			// one it was exported under, nothing older.
+			Clean: p.nv.clean && p.nv.From != 0 && p.nv.From == p.old.Gen,
 		}
 		if k := len(pending) - 1; k >= 0 {
 			q := pending[k]
-			if q.Entry.Range.End == p.r.Start && q.Clean == c.Clean &&
+			if q.Entry.Range.End == p.r.Start && q.Clean == c.Clean && q.Entry.MigratedFrom == c.Entry.MigratedFrom &&
 				q.Entry.Owner == c.Entry.Owner && q.Entry.Addr == c.Entry.Addr && q.Entry.Gen == c.Entry.Gen {
 				pending[k].Entry.Range.End = p.r.End
 				continue
@@ -110,7 +114,7 @@ func (n *namespace) entries() []lease.Entry {
 	v.Compact()
 	out := make([]lease.Entry, 0, v.Len())
 	v.Each(func(r ring.Range, x viewVal) {
-		out = append(out, lease.Entry{Range: r, Owner: x.Owner, Addr: x.Addr, Gen: x.Gen})
+		out = append(out, lease.Entry{Range: r, Owner: x.Owner, Addr: x.Addr, Gen: x.Gen, MigratedFrom: x.From})
 	})
 	return out
 }

@@ -54,7 +54,7 @@ func (v *View) GetOwnershipHandle(keyHash uint64, now time.Time) (Handle, bool) 
 func (v *View) handleAt(keyHash uint64, now int64) (Handle, bool) {
 	i := v.t.Find(keyHash)
 	r, s := v.t.At(i)
-	if !s.Held || v.expiry <= now {
+	if !s.serving() || v.expiry <= now {
 		return Handle{}, false
 	}
 	return Handle{Key: keyHash, Range: canon(r), Gen: s.Gen}, true
@@ -71,7 +71,7 @@ func (v *View) CheckContinuousOwnership(h Handle, now time.Time) bool {
 // continuousAt is CheckContinuousOwnership at now in unix nanoseconds.
 func (v *View) continuousAt(h Handle, now int64) bool {
 	s := v.t.Get(h.Key)
-	return s.Held && v.expiry > now && s.Gen == h.Gen
+	return s.serving() && v.expiry > now && s.Gen == h.Gen
 }
 
 // CheckLeaseNow is Centrifuge's name (§3.2) for GetOwnershipHandle: it

@@ -9,13 +9,14 @@ import (
 
 // Errors returned by CoreConfig.Validate and NewCore.
 var (
-	ErrNoNamespace   = errors.New("ownerguard: namespace is empty")
-	ErrNoName        = errors.New("ownerguard: owner name is empty")
-	ErrNoAddr        = errors.New("ownerguard: owner address is empty")
-	ErrNoIncarnation = errors.New("ownerguard: incarnation nonce is zero")
-	ErrLeaseDuration = errors.New("ownerguard: lease duration must be positive")
-	ErrRenewInterval = errors.New("ownerguard: renew interval must be positive and shorter than the lease duration")
-	ErrRaceBackoff   = errors.New("ownerguard: race backoff must satisfy 0 <= min <= max <= renew interval")
+	ErrNoNamespace      = errors.New("ownerguard: namespace is empty")
+	ErrNoName           = errors.New("ownerguard: owner name is empty")
+	ErrNoAddr           = errors.New("ownerguard: owner address is empty")
+	ErrNoIncarnation    = errors.New("ownerguard: incarnation nonce is zero")
+	ErrLeaseDuration    = errors.New("ownerguard: lease duration must be positive")
+	ErrRenewInterval    = errors.New("ownerguard: renew interval must be positive and shorter than the lease duration")
+	ErrRaceBackoff      = errors.New("ownerguard: race backoff must satisfy 0 <= min <= max <= renew interval")
+	ErrMigrationTimeout = errors.New("ownerguard: migration timeouts must not be negative")
 )
 
 // DefaultLeaseDuration is the owner's lease T, the manager's default
@@ -56,6 +57,19 @@ type CoreConfig struct {
 	// acknowledge my latest request" check. It breaks the single-copy
 	// guarantee and exists only for negative controls in simulations.
 	DisableRaceFilter bool
+
+	// MigrationAddr is where the owner serves MigrationService, or ""
+	// (the default): the owner takes part in no state migration
+	// (core_migrate.go).
+	MigrationAddr string
+	// ImportTimeout bounds an import: a range granted as an import that
+	// has not been imported this long after the grant is given up, and
+	// regranted with a loss notification. Zero means min(T/2, 2 s).
+	ImportTimeout time.Duration
+	// ExportTimeout is how long a range recalled as a migration stays
+	// offered to its new owner. Zero means 2·ImportTimeout + RenewInterval:
+	// the new owner's grant follows our release by up to a renewal.
+	ExportTimeout time.Duration
 }
 
 // DefaultCoreConfig returns a config with every duration at its default and
@@ -77,6 +91,12 @@ func (c CoreConfig) withDefaults() CoreConfig {
 	}
 	if c.RaceBackoffMax == 0 {
 		c.RaceBackoffMax = c.LeaseDuration / 60
+	}
+	if c.ImportTimeout == 0 {
+		c.ImportTimeout = min(c.LeaseDuration/2, DefaultImportTimeout)
+	}
+	if c.ExportTimeout == 0 {
+		c.ExportTimeout = 2*c.ImportTimeout + c.RenewInterval
 	}
 	return c
 }
@@ -101,6 +121,8 @@ func (c CoreConfig) Validate() error {
 	case c.RaceBackoffMin < 0 || c.RaceBackoffMax < c.RaceBackoffMin || c.RaceBackoffMax > c.RenewInterval:
 		return fmt.Errorf("%w: [%v, %v] with renew interval %v",
 			ErrRaceBackoff, c.RaceBackoffMin, c.RaceBackoffMax, c.RenewInterval)
+	case c.ImportTimeout < 0 || c.ExportTimeout < 0:
+		return fmt.Errorf("%w: import %v, export %v", ErrMigrationTimeout, c.ImportTimeout, c.ExportTimeout)
 	}
 	return nil
 }

@@ -17,7 +17,13 @@ import (
 type slot struct {
 	Gen  lease.Gen
 	Held bool
+	// Importing: held (listed and renewed) but not served until its state
+	// is imported (core_migrate.go): the checks refuse it.
+	Importing bool
 }
+
+// serving reports whether the slot answers the checks.
+func (s slot) serving() bool { return s.Held && !s.Importing }
 
 // refusal marks a point whose renewal was refused, under the renewed gen.
 type refusal struct {
@@ -34,8 +40,16 @@ type Output struct {
 	// End, as Core.Held).
 	Granted []ring.Range
 	// Revoked lists ranges no longer held under the generation they were
-	// held under: recalled, expired, or superseded by a new grant.
+	// held under: recalled, expired, or superseded by a new grant. A range
+	// recalled to be exported (Offers) is not in it: the shell reports it
+	// revoked once the export is over, so the application keeps its state
+	// until then (it no longer serves it either way).
 	Revoked []ring.Range
+	// Imports lists ranges granted as imports, for the shell to fetch
+	// (core_migrate.go); Offers lists ranges recalled as migrations, for
+	// the shell to export to the named new owner until Deadline.
+	Imports []Import
+	Offers  []Offer
 }
 
 // CoreStats counts a Core's messages.
@@ -78,6 +92,7 @@ type Core struct {
 	resendAt      int64 // when it is due
 
 	refused []lease.Lease // refused since the last request
+	mig     migState      // core_migrate.go
 	stats   CoreStats
 }
 
@@ -143,6 +158,7 @@ func (c *Core) send(now time.Time) *lease.LeaseRequest {
 		Refused: c.refused,
 	}
 	c.refused = nil
+	c.mig.fill(c, req)
 	c.sentAt = n
 	c.renewAt = n + int64(c.cfg.RenewInterval)
 	c.resendPending = false
@@ -202,8 +218,9 @@ func (c *Core) accept(resp lease.LeaseResponse, now time.Time) Output {
 	// The common case: a renewal of exactly what is held, nothing granted.
 	// Only the expiry moves; the table and its lease list are shared.
 	held := c.heldAt(n)
-	if live && len(resp.Grant) == 0 && len(held) > 0 && sameLeases(resp.Renew, held) {
+	if live && len(resp.Grant) == 0 && len(held) > 0 && sameLeases(resp.Renew, held) && len(resp.MigrateOut) == 0 {
 		c.stats.Renewed++
+		c.mig.migrated = nil // nothing is recalled any more
 		c.expiry = exp
 		c.view = c.view.renewed(exp)
 		return Output{}
@@ -217,6 +234,9 @@ func (c *Core) accept(resp lease.LeaseResponse, now time.Time) Output {
 		cur = cur.Clone() // applyResponse refines it
 	}
 	next, refused := applyResponse(cur, resp, live)
+	var out Output
+	out.Imports = c.markImports(next, resp, n)
+	out.Offers = c.offerExports(next, resp, n)
 
 	var nref []lease.Lease
 	refused.Each(func(r ring.Range, v refusal) {
@@ -228,10 +248,12 @@ func (c *Core) accept(resp lease.LeaseResponse, now time.Time) Output {
 	c.refused = append(c.refused, nref...)
 	c.stats.Refused += uint64(len(nref))
 
-	var out Output
 	out.Granted, out.Revoked = diff(c.held, next)
+	out.Revoked = withoutOffers(out.Revoked, out.Offers)
+	before := c.view.held
 	c.install(next, exp)
-	if len(out.Granted) > 0 || len(out.Revoked) > 0 || len(nref) > 0 {
+	if len(out.Granted) > 0 || len(out.Revoked) > 0 || len(nref) > 0 || len(out.Offers) > 0 ||
+		!sameLeases(before, c.view.held) {
 		out.Send = c.send(now)
 	}
 	return out
@@ -257,7 +279,7 @@ func applyResponse(cur *ring.Table[slot], resp lease.LeaseResponse, live bool) (
 	cur.UpdateAll(renewed, func(i int, r ring.Range, v slot) slot {
 		l := resp.Renew[i]
 		if live && v.Held && v.Gen == l.Gen {
-			nextSets = append(nextSets, ring.Assignment[slot]{Range: r, Value: slot{Gen: l.Gen, Held: true}})
+			nextSets = append(nextSets, ring.Assignment[slot]{Range: r, Value: slot{Gen: l.Gen, Held: true, Importing: v.Importing}})
 		} else {
 			refusedSets = append(refusedSets, ring.Assignment[refusal]{Range: r, Value: refusal{On: true, Gen: l.Gen}})
 		}
@@ -294,6 +316,9 @@ func (c *Core) Tick(now time.Time) Output {
 			c.install(ring.NewTable(slot{}), 0)
 		}
 	}
+	if c.mig.failDue(c, n) {
+		out.Send = c.send(now)
+	}
 	if (c.resendPending && n >= c.resendAt) || n >= c.renewAt {
 		out.Send = c.send(now)
 	}
@@ -314,6 +339,9 @@ func (c *Core) NextDeadline() time.Time {
 	}
 	if len(c.view.held) > 0 && c.expiry < d {
 		d = c.expiry
+	}
+	if at, ok := c.mig.next(); ok && at < d {
+		d = at
 	}
 	return time.Unix(0, d)
 }
@@ -342,13 +370,14 @@ func sameLeases(a, b []lease.Lease) bool {
 // in time linear in their sizes.
 func diff(a, b *ring.Table[slot]) (granted, revoked []ring.Range) {
 	ring.Walk(a, b, func(r ring.Range, va, vb slot) {
-		if !va.Held && !vb.Held || va.Held && vb.Held && va.Gen == vb.Gen {
+		sa, sb := va.serving(), vb.serving()
+		if !sa && !sb || sa && sb && va.Gen == vb.Gen {
 			return
 		}
-		if va.Held {
+		if sa {
 			revoked = appendRange(revoked, r)
 		}
-		if vb.Held {
+		if sb {
 			granted = appendRange(granted, r)
 		}
 	})

@@ -84,6 +84,27 @@
 // instead of after T·65/60, then half-closes the stream, so the manager can
 // tell the end of an incarnation (io.EOF) from a lost connection.
 //
+// # Migration
+//
+// With OwnerConfig.Migration the Owner moves a range's state with the range
+// on clean handoffs (core_migrate.go has the protocol, migrate.go the
+// transfer). The Core marks a range granted as an import Importing: held,
+// listed and renewed, but refused by the checks until the application's
+// Migrator.Import has read its state, fetched by the library straight from
+// the previous owner's MigrationService (gRPC, mutual TLS with the owners'
+// certificates). A range recalled as a migration is dropped at once, like
+// any recall; only then is it offered to the owner the manager named, which
+// alone may fetch it, once, before ExportTimeout; the ownership upcall
+// hears it revoked after the export, so the application still has the
+// state to export. The new owner fetches rather than the old one pushing
+// because it alone knows when it has been granted the range and under
+// which generation, and so the exporter keeps no buffer: Export writes into
+// the stream as the importer reads it. The transfer goes owner to owner,
+// not through the manager, so that state never crosses the leader, whose
+// work stays O(arcs moved) whatever the state's size. A failed, refused or
+// late import gives the range back (a plain handoff with a loss
+// notification); an offer nobody fetched expires.
+//
 // # Middleware
 //
 // Guard applies PRS Fig. 4 to one key per request, around a net/http

@@ -57,6 +57,7 @@ type Owner struct {
 	upcalls   clientshell.Upcalls[upcall]
 	header    string         // the namespace's routing header, "" until heard
 	onHeader  []func(string) // watchRoutingHeader's callbacks
+	mig       *migShell      // OwnerConfig.Migration; nil when off
 }
 
 type upcall struct{ granted, revoked []ring.Range }
@@ -109,6 +110,9 @@ func (o *Owner) Start(ctx context.Context) error {
 	o.done = make(chan struct{})
 	if onOwnership := o.cfg.OnOwnership; onOwnership != nil {
 		o.upcalls.Start(func(u upcall) { onOwnership(u.granted, u.revoked) })
+	}
+	if o.cfg.Migration != nil {
+		o.mig = newMigShell(o, *o.cfg.Migration)
 	}
 	s := newSession(o, core)
 	go func() {
@@ -230,6 +234,7 @@ func (o *Owner) Stats() OwnerStats {
 		Unsent:     o.unsent.Load(),
 		LastWait:   time.Duration(o.lastWait.Load()),
 		Core:       cs,
+		Migration:  o.migCounters(),
 	}
 }
 
@@ -252,7 +257,10 @@ func (o *Owner) Err() error {
 // for that answer first (without taking anything it grants), since the
 // manager drops a request that does not acknowledge its latest message;
 // then the leaving request goes out and the stream is half-closed so the
-// manager learns the session is over. Close waits up to CloseTimeout in all
+// manager learns the session is over. With OwnerConfig.Migration, Close
+// first asks the manager to move every range elsewhere with its state and
+// serves what is not yet recalled meanwhile, for up to HandoverTimeout
+// (see Migrator). Close then waits up to CloseTimeout in all
 // (a negative CloseTimeout may cancel the stream before the leaving request
 // is written; a leaving request that is lost or dropped leaves the arcs to
 // expire as after a crash).

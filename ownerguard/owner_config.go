@@ -106,6 +106,11 @@ type OwnerConfig struct {
 	// MaxMessageBytes limits gRPC messages both ways. Zero means 16 MiB.
 	MaxMessageBytes int
 
+	// Migration, if set, moves the application's state with a range on
+	// clean handoffs (a drain, Close, a rebalancing move) instead of
+	// letting it be lost and republished: see Migrator. Nil means off.
+	Migration *MigrationConfig
+
 	// Logger receives connection events. Nil means discard.
 	Logger *slog.Logger
 	// Clock is the time source for leases and timers. Nil means the
@@ -146,6 +151,10 @@ func (c OwnerConfig) withDefaults() OwnerConfig {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
+	if c.Migration != nil {
+		m := c.Migration.withDefaults(t)
+		c.Migration = &m
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -157,13 +166,17 @@ func (c OwnerConfig) withDefaults() OwnerConfig {
 
 // coreConfig is the Core's config for one incarnation.
 func (c OwnerConfig) coreConfig(incarnation uint64) CoreConfig {
-	return CoreConfig{
+	cc := CoreConfig{
 		Namespace:     c.Namespace,
 		Name:          c.Name,
 		Addr:          c.Addr,
 		Incarnation:   incarnation,
 		LeaseDuration: c.LeaseDuration,
 	}
+	if c.Migration != nil {
+		cc.MigrationAddr, cc.ImportTimeout = c.Migration.Addr, c.Migration.ImportTimeout
+	}
+	return cc
 }
 
 // Validate reports the first problem with c, after defaults. Errors wrap the
@@ -180,6 +193,11 @@ func (c OwnerConfig) Validate() error {
 	}
 	if err := c.coreConfig(1).Validate(); err != nil {
 		return err
+	}
+	if c.Migration != nil {
+		if err := c.Migration.validate(); err != nil {
+			return err
+		}
 	}
 	if err := c.Backoff.Check(ErrBackoff); err != nil {
 		return err
@@ -208,4 +226,6 @@ type OwnerStats struct {
 	// writing the oldest unanswered request to reading the next response.
 	LastWait time.Duration
 	Core     CoreStats
+	// Migration counts state transfers (OwnerConfig.Migration).
+	Migration MigrationCounters
 }

@@ -83,6 +83,8 @@ func (s *session) run(ctx context.Context) {
 			return
 		case e := <-s.events:
 			s.handle(e)
+		case r := <-s.migDone():
+			s.imported(r)
 		case <-timer.C:
 			s.onTimer()
 		}
@@ -101,6 +103,9 @@ func (s *session) deadline() time.Time {
 		earlier(s.retryAt)
 	} else if !s.waitSince.IsZero() && s.cfg.ResponseTimeout > 0 {
 		earlier(s.waitSince.Add(s.cfg.ResponseTimeout))
+	}
+	if t := s.expireOffers(); !t.IsZero() {
+		earlier(t)
 	}
 	if d.IsZero() {
 		d = s.now().Add(time.Hour) // nothing to do: wait for an event
@@ -124,6 +129,11 @@ func (s *session) onTimer() {
 
 // apply sends what the core asked to send and publishes its state.
 func (s *session) apply(out Output, now time.Time) {
+	// Publish first: a recalled range must fail the checks before the
+	// request releasing it leaves (the manager may regrant it at once),
+	// and before it is offered for export.
+	s.o.publish(s.core.View(), out.Granted, out.Revoked, s.core.Stats())
+	s.migrate(out)
 	if out.Send != nil {
 		if s.cur != nil {
 			s.cur.send(s.request(*out.Send))
@@ -134,7 +144,6 @@ func (s *session) apply(out Output, now time.Time) {
 			s.o.unsent.Add(1) // lost, like a dropped message
 		}
 	}
-	s.o.publish(s.core.View(), out.Granted, out.Revoked, s.core.Stats())
 }
 
 // request converts a core's request to the wire.
@@ -322,6 +331,12 @@ func (s *session) shutdown() {
 	// was held here as soon as it accepts the leaving request, so the empty
 	// view must be in place, for every check, before that request is handed
 	// to the stream. Nothing the Core does from here on is published.
+	// With migration, first hand every range over with its state, while
+	// the checks still serve what is not yet recalled.
+	if !s.o.abandon.Load() {
+		s.handover()
+	}
+	defer s.stopMigration()
 	s.o.publish(emptyView(), nil, s.core.View().heldRanges(), s.core.Stats())
 	if s.o.abandon.Load() { // Abandon: end as a crash would, telling no one
 		if s.cur != nil {

@@ -25,6 +25,7 @@ type checker struct {
 	found []string
 	gens  *ring.Table[genRec]
 	view  *ring.Table[lease.Gen]    // the manager's view, for loss detection
+	from  *ring.Table[lease.Gen]    // its MigratedFrom, for the M check (migrate.go)
 	due   []*ring.Table[obligation] // per lookup: losses it must still signal
 	bound time.Duration
 	// lostAll marks lookups that signalled loss on every range and have not
@@ -87,7 +88,7 @@ func (o *obligation) clear(gen lease.Gen) {
 const maxReported = 20
 
 func newChecker(w *world) *checker {
-	c := &checker{w: w, gens: ring.NewTable(genRec{gen: 1}), view: ring.NewTable(lease.Gen(1)), bound: w.p.Bound()}
+	c := &checker{w: w, gens: ring.NewTable(genRec{gen: 1}), view: ring.NewTable(lease.Gen(1)), from: ring.NewTable(lease.Gen(0)), bound: w.p.Bound()}
 	for range w.p.Lookups {
 		c.due = append(c.due, ring.NewTable(obligation{}))
 		c.lostAll = append(c.lostAll, false)
@@ -179,6 +180,8 @@ func (c *checker) onChanges(changes []lease.Change) {
 		})
 		c.view.Set(e.Range, e.Gen)
 		c.view.Compact()
+		c.from.Set(e.Range, e.MigratedFrom)
+		c.from.Compact()
 		if !loss || ch.Clean {
 			continue
 		}

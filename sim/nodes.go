@@ -133,6 +133,7 @@ type ownerNode struct {
 	gone        bool          // left for good
 	draining    bool          // drained: it leaves soon
 	timer       timer
+	mig         ownerMig // the running process's migration state (migrate.go)
 	// twin is an earlier incarnation that is still running, cut off from
 	// the manager, while a newer one under the same name has started (a
 	// restarted pod whose old process is only partitioned). It goes on
@@ -162,16 +163,21 @@ func (o *ownerNode) start() {
 	cfg.RaceBackoffMin, cfg.RaceBackoffMax = o.w.p.T/600, o.w.p.T/60
 	cfg.Rand = rand.New(rand.NewPCG(o.w.s.rnd.Uint64(), 0))
 	cfg.DisableRaceFilter = o.w.p.DisableRaceFilter
+	if o.w.p.Migration {
+		cfg.MigrationAddr = o.name + ":90"
+	}
 	core, err := ownerguard.NewCore(cfg)
 	if err != nil {
 		panic(fmt.Sprintf("owner config: %v", err))
 	}
 	o.core = core
+	o.resetMig()
 	o.handle(core.Start(o.now()))
 }
 
 func (o *ownerNode) crash() {
 	o.core = nil
+	o.resetMig()
 	o.timer.gen++ // cancel the pending tick
 }
 
@@ -276,7 +282,9 @@ func (o *ownerNode) tick() {
 func (o *ownerNode) handle(out ownerguard.Output) {
 	if len(out.Granted) > 0 {
 		o.w.check.onGrant(o)
+		o.w.check.checkServes(o, out.Granted)
 	}
+	o.migrate(out)
 	if out.Send != nil {
 		req := *out.Send
 		m := o.w.mgr

@@ -38,6 +38,13 @@ type Params struct {
 	// manager hands a new incarnation its predecessor's arcs at once,
 	// although the predecessor may still run, cut off, and believe them.
 	UnsafeReplace bool
+	// Migration gives every owner a MigrationAddr: clean handoffs move
+	// state, over transfers that are delayed, dropped or fail (migrate.go).
+	Migration bool
+	// UnsafeServeImports plants a bug in the owners (negative control):
+	// an owner serves a range granted as an import at once, before its
+	// state arrived.
+	UnsafeServeImports bool
 	// Scripted, when set, replaces the random fault schedule.
 	Scripted func(w *world)
 }
@@ -63,6 +70,7 @@ func paramsFor(seed uint64) Params {
 	p.MaxOwners = p.Owners + 3
 	p.Link.drop = []float64{0, 0.01, 0.05, 0.2}[r.IntN(4)]
 	p.Link.dup = []float64{0, 0.01, 0.1}[r.IntN(3)]
+	p.Migration = r.IntN(2) == 0
 	// Once faults stop: dead sessions expire after the hold time, recalls
 	// and grants take a few round trips (plus race backoffs), and lookups
 	// sync within one interval.
@@ -158,8 +166,11 @@ type Result struct {
 
 // run executes the whole schedule: faults, then quiet until the liveness
 // deadline, then the liveness check.
-func run(p Params, log io.Writer) Result {
-	w := newWorld(p, log)
+func run(p Params, log io.Writer) Result { return runWorld(newWorld(p, log)) }
+
+// runWorld runs w's schedule (run).
+func runWorld(w *world) Result {
+	p, log := w.p, w.log
 	for _, l := range w.lookups {
 		l.start()
 	}

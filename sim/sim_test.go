@@ -89,3 +89,34 @@ func TestNegativeControlSecondIncarnation(t *testing.T) {
 		p.UnsafeReplace = true
 	})
 }
+
+// An owner that serves a range granted as an import before its state
+// arrived (the planted bug) serves migrated state it does not have: the M
+// check must catch it.
+func TestNegativeControlServeBeforeImport(t *testing.T) {
+	negativeControl(t, 200, "M:", func(p *Params) {
+		p.UnsafeServeImports = true
+	})
+}
+
+// Migration must actually run in the fault mix: some seeds hand ranges
+// over with their state, and some transfers fall back.
+func TestSimulatorMigrates(t *testing.T) {
+	for seed := uint64(1); seed <= 40; seed++ {
+		p := paramsFor(seed)
+		if !p.Migration {
+			continue
+		}
+		w := newWorld(p, nil)
+		r := runWorld(w)
+		st := w.mgr.core.Stats()
+		if len(r.Violations) > 0 {
+			t.Fatalf("seed %d: %s", seed, r.Violations[0])
+		}
+		if st.MigrationsGranted > 0 {
+			t.Logf("seed %d: %d arcs migrated, %d released as migrated, %d fell back", seed, st.MigrationsGranted, st.MigrationsReleased, st.MigrationsFallenBack)
+			return
+		}
+	}
+	t.Fatal("no seed migrated anything")
+}

@@ -218,7 +218,13 @@ type LeaseRequest struct {
 	// The owner is closing: it has stopped serving every range and holds
 	// nothing; the manager takes it out of the ring and regrants its arcs at
 	// once. Held is empty. It is the last request of the incarnation.
-	Leaving       bool `protobuf:"varint,9,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	Leaving bool `protobuf:"varint,9,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// Where this owner serves MigrationService (host:port), or empty: it
+	// cannot migrate state, and the manager flags no migration to or from it.
+	MigrationAddr string `protobuf:"bytes,11,opt,name=migration_addr,json=migrationAddr,proto3" json:"migration_addr,omitempty"`
+	// The owner asks to leave the ring with its state: the manager recalls
+	// every range it holds as a migration to the range's new owner.
+	Handover      bool `protobuf:"varint,12,opt,name=handover,proto3" json:"handover,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -316,6 +322,20 @@ func (x *LeaseRequest) GetLeaving() bool {
 	return false
 }
 
+func (x *LeaseRequest) GetMigrationAddr() string {
+	if x != nil {
+		return x.MigrationAddr
+	}
+	return ""
+}
+
+func (x *LeaseRequest) GetHandover() bool {
+	if x != nil {
+		return x.Handover
+	}
+	return false
+}
+
 // LeaseResponse goes from the manager to an owner.
 type LeaseResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -328,6 +348,13 @@ type LeaseResponse struct {
 	// case), so that an owner's guard checks the key the routers hash
 	// without being told it again.
 	RoutingHeader string `protobuf:"bytes,6,opt,name=routing_header,json=routingHeader,proto3" json:"routing_header,omitempty"`
+	// Ranges recalled as a clean handoff: export their state to peer (the
+	// new owner), after they stopped being served; release them as migrated.
+	MigrateOut []*MigrationOrder `protobuf:"bytes,7,rep,name=migrate_out,json=migrateOut,proto3" json:"migrate_out,omitempty"`
+	// Granted ranges to import from peer (the previous owner) before
+	// serving them: held, but not served until the import completes or its
+	// deadline passes.
+	MigrateIn     []*MigrationOrder `protobuf:"bytes,8,rep,name=migrate_in,json=migrateIn,proto3" json:"migrate_in,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -404,23 +431,110 @@ func (x *LeaseResponse) GetRoutingHeader() string {
 	return ""
 }
 
+func (x *LeaseResponse) GetMigrateOut() []*MigrationOrder {
+	if x != nil {
+		return x.MigrateOut
+	}
+	return nil
+}
+
+func (x *LeaseResponse) GetMigrateIn() []*MigrationOrder {
+	if x != nil {
+		return x.MigrateIn
+	}
+	return nil
+}
+
+// MigrationOrder names the other side of the clean handoff of one range.
+type MigrationOrder struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Range         *Range                 `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
+	Gen           uint64                 `protobuf:"varint,2,opt,name=gen,proto3" json:"gen,omitempty"`                          // out: the generation held; in: the generation granted
+	Peer          string                 `protobuf:"bytes,3,opt,name=peer,proto3" json:"peer,omitempty"`                         // the other owner's name
+	PeerAddr      string                 `protobuf:"bytes,4,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"` // where it serves MigrationService
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrationOrder) Reset() {
+	*x = MigrationOrder{}
+	mi := &file_fuge_v1_fuge_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationOrder) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationOrder) ProtoMessage() {}
+
+func (x *MigrationOrder) ProtoReflect() protoreflect.Message {
+	mi := &file_fuge_v1_fuge_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationOrder.ProtoReflect.Descriptor instead.
+func (*MigrationOrder) Descriptor() ([]byte, []int) {
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *MigrationOrder) GetRange() *Range {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+func (x *MigrationOrder) GetGen() uint64 {
+	if x != nil {
+		return x.Gen
+	}
+	return 0
+}
+
+func (x *MigrationOrder) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *MigrationOrder) GetPeerAddr() string {
+	if x != nil {
+		return x.PeerAddr
+	}
+	return ""
+}
+
 // Arc is one range of a namespace's lease table as lookups see it, served
 // over xDS as type.googleapis.com/fuge.v1.Arc, one resource per arc, named
 // "<namespace>/<start>-<end>" in hex, versioned by its generation.
 type Arc struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Range         *Range                 `protobuf:"bytes,2,opt,name=range,proto3" json:"range,omitempty"`
-	Owner         string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"` // empty while the range is free
-	Addr          string                 `protobuf:"bytes,4,opt,name=addr,proto3" json:"addr,omitempty"`
-	Gen           uint64                 `protobuf:"varint,5,opt,name=gen,proto3" json:"gen,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Range     *Range                 `protobuf:"bytes,2,opt,name=range,proto3" json:"range,omitempty"`
+	Owner     string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"` // empty while the range is free
+	Addr      string                 `protobuf:"bytes,4,opt,name=addr,proto3" json:"addr,omitempty"`
+	Gen       uint64                 `protobuf:"varint,5,opt,name=gen,proto3" json:"gen,omitempty"`
+	// Not 0: this generation continues the state of generation
+	// migrated_from, which a clean migration handed over. A lookup that knew
+	// the range under migrated_from signals no loss for it.
+	MigratedFrom  uint64 `protobuf:"varint,6,opt,name=migrated_from,json=migratedFrom,proto3" json:"migrated_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Arc) Reset() {
 	*x = Arc{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[5]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +546,7 @@ func (x *Arc) String() string {
 func (*Arc) ProtoMessage() {}
 
 func (x *Arc) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[5]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +559,7 @@ func (x *Arc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Arc.ProtoReflect.Descriptor instead.
 func (*Arc) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{5}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Arc) GetNamespace() string {
@@ -483,6 +597,13 @@ func (x *Arc) GetGen() uint64 {
 	return 0
 }
 
+func (x *Arc) GetMigratedFrom() uint64 {
+	if x != nil {
+		return x.MigratedFrom
+	}
+	return 0
+}
+
 // ArcBlock is the unit in which the lease table is served to lookups over
 // xDS, as type.googleapis.com/fuge.v1.ArcBlock: the circle is cut into 64
 // fixed blocks by the top 6 bits of a position, and block b holds every arc
@@ -503,7 +624,7 @@ type ArcBlock struct {
 
 func (x *ArcBlock) Reset() {
 	*x = ArcBlock{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +636,7 @@ func (x *ArcBlock) String() string {
 func (*ArcBlock) ProtoMessage() {}
 
 func (x *ArcBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +649,7 @@ func (x *ArcBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArcBlock.ProtoReflect.Descriptor instead.
 func (*ArcBlock) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{6}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ArcBlock) GetNamespace() string {
@@ -564,7 +685,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +697,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +710,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{7}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Heartbeat) GetNamespace() string {
@@ -604,6 +725,132 @@ func (x *Heartbeat) GetSeq() uint64 {
 		return x.Seq
 	}
 	return 0
+}
+
+// MigrationFetch asks for the state of a range.
+type MigrationFetch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"` // the new owner asking (its certificate must name it)
+	Range         *Range                 `protobuf:"bytes,3,opt,name=range,proto3" json:"range,omitempty"`
+	Gen           uint64                 `protobuf:"varint,4,opt,name=gen,proto3" json:"gen,omitempty"` // the generation the new owner was granted
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrationFetch) Reset() {
+	*x = MigrationFetch{}
+	mi := &file_fuge_v1_fuge_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationFetch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationFetch) ProtoMessage() {}
+
+func (x *MigrationFetch) ProtoReflect() protoreflect.Message {
+	mi := &file_fuge_v1_fuge_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationFetch.ProtoReflect.Descriptor instead.
+func (*MigrationFetch) Descriptor() ([]byte, []int) {
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *MigrationFetch) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *MigrationFetch) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *MigrationFetch) GetRange() *Range {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+func (x *MigrationFetch) GetGen() uint64 {
+	if x != nil {
+		return x.Gen
+	}
+	return 0
+}
+
+// MigrationChunk is a piece of the exported state, in order: a chunk with
+// a range starts the state of that part of the fetched range (the parts
+// follow each other from the fetched range's start), and chunks with data
+// (at most 64 KiB each) carry it. The stream's OK status marks the end of a
+// complete export.
+type MigrationChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	Range         *Range                 `protobuf:"bytes,2,opt,name=range,proto3" json:"range,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrationChunk) Reset() {
+	*x = MigrationChunk{}
+	mi := &file_fuge_v1_fuge_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationChunk) ProtoMessage() {}
+
+func (x *MigrationChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_fuge_v1_fuge_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationChunk.ProtoReflect.Descriptor instead.
+func (*MigrationChunk) Descriptor() ([]byte, []int) {
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *MigrationChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *MigrationChunk) GetRange() *Range {
+	if x != nil {
+		return x.Range
+	}
+	return nil
 }
 
 var File_fuge_v1_fuge_proto protoreflect.FileDescriptor
@@ -622,7 +869,7 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
 	"peer_nonce\x18\x03 \x01(\x06R\tpeerNonce\x12\x17\n" +
-	"\aack_seq\x18\x04 \x01(\x04R\x06ackSeq\"\xbf\x02\n" +
+	"\aack_seq\x18\x04 \x01(\x04R\x06ackSeq\"\x82\x03\n" +
 	"\fLeaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x12\n" +
@@ -632,29 +879,51 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\bmigrated\x18\x06 \x03(\v2\x0e.fuge.v1.RangeR\bmigrated\x12(\n" +
 	"\arefused\x18\a \x03(\v2\x0e.fuge.v1.LeaseR\arefused\x12*\n" +
 	"\x11lease_duration_ms\x18\b \x01(\x03R\x0fleaseDurationMs\x12\x18\n" +
-	"\aleaving\x18\t \x01(\bR\aleaving\"\xdf\x01\n" +
+	"\aleaving\x18\t \x01(\bR\aleaving\x12%\n" +
+	"\x0emigration_addr\x18\v \x01(\tR\rmigrationAddr\x12\x1a\n" +
+	"\bhandover\x18\f \x01(\bR\bhandover\"\xd1\x02\n" +
 	"\rLeaseResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12'\n" +
 	"\x06header\x18\x03 \x01(\v2\x0f.fuge.v1.HeaderR\x06header\x12$\n" +
 	"\x05renew\x18\x04 \x03(\v2\x0e.fuge.v1.LeaseR\x05renew\x12$\n" +
 	"\x05grant\x18\x05 \x03(\v2\x0e.fuge.v1.LeaseR\x05grant\x12%\n" +
-	"\x0erouting_header\x18\x06 \x01(\tR\rroutingHeader\"\x85\x01\n" +
+	"\x0erouting_header\x18\x06 \x01(\tR\rroutingHeader\x128\n" +
+	"\vmigrate_out\x18\a \x03(\v2\x17.fuge.v1.MigrationOrderR\n" +
+	"migrateOut\x126\n" +
+	"\n" +
+	"migrate_in\x18\b \x03(\v2\x17.fuge.v1.MigrationOrderR\tmigrateIn\"y\n" +
+	"\x0eMigrationOrder\x12$\n" +
+	"\x05range\x18\x01 \x01(\v2\x0e.fuge.v1.RangeR\x05range\x12\x10\n" +
+	"\x03gen\x18\x02 \x01(\x04R\x03gen\x12\x12\n" +
+	"\x04peer\x18\x03 \x01(\tR\x04peer\x12\x1b\n" +
+	"\tpeer_addr\x18\x04 \x01(\tR\bpeerAddr\"\xaa\x01\n" +
 	"\x03Arc\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12$\n" +
 	"\x05range\x18\x02 \x01(\v2\x0e.fuge.v1.RangeR\x05range\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x12\n" +
 	"\x04addr\x18\x04 \x01(\tR\x04addr\x12\x10\n" +
-	"\x03gen\x18\x05 \x01(\x04R\x03gen\"`\n" +
+	"\x03gen\x18\x05 \x01(\x04R\x03gen\x12#\n" +
+	"\rmigrated_from\x18\x06 \x01(\x04R\fmigratedFrom\"`\n" +
 	"\bArcBlock\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05block\x18\x02 \x01(\rR\x05block\x12 \n" +
 	"\x04arcs\x18\x03 \x03(\v2\f.fuge.v1.ArcR\x04arcs\";\n" +
 	"\tHeartbeat\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq2J\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"|\n" +
+	"\x0eMigrationFetch\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12$\n" +
+	"\x05range\x18\x03 \x01(\v2\x0e.fuge.v1.RangeR\x05range\x12\x10\n" +
+	"\x03gen\x18\x04 \x01(\x04R\x03gen\"J\n" +
+	"\x0eMigrationChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12$\n" +
+	"\x05range\x18\x02 \x01(\v2\x0e.fuge.v1.RangeR\x05range2J\n" +
 	"\fOwnerService\x12:\n" +
-	"\x05Lease\x12\x15.fuge.v1.LeaseRequest\x1a\x16.fuge.v1.LeaseResponse(\x010\x01B0Z.github.com/fuge-project/fuge/api/fugev1;fugev1b\x06proto3"
+	"\x05Lease\x12\x15.fuge.v1.LeaseRequest\x1a\x16.fuge.v1.LeaseResponse(\x010\x012O\n" +
+	"\x10MigrationService\x12;\n" +
+	"\x05Fetch\x12\x17.fuge.v1.MigrationFetch\x1a\x17.fuge.v1.MigrationChunk0\x01B0Z.github.com/fuge-project/fuge/api/fugev1;fugev1b\x06proto3"
 
 var (
 	file_fuge_v1_fuge_proto_rawDescOnce sync.Once
@@ -668,16 +937,19 @@ func file_fuge_v1_fuge_proto_rawDescGZIP() []byte {
 	return file_fuge_v1_fuge_proto_rawDescData
 }
 
-var file_fuge_v1_fuge_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_fuge_v1_fuge_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_fuge_v1_fuge_proto_goTypes = []any{
-	(*Range)(nil),         // 0: fuge.v1.Range
-	(*Lease)(nil),         // 1: fuge.v1.Lease
-	(*Header)(nil),        // 2: fuge.v1.Header
-	(*LeaseRequest)(nil),  // 3: fuge.v1.LeaseRequest
-	(*LeaseResponse)(nil), // 4: fuge.v1.LeaseResponse
-	(*Arc)(nil),           // 5: fuge.v1.Arc
-	(*ArcBlock)(nil),      // 6: fuge.v1.ArcBlock
-	(*Heartbeat)(nil),     // 7: fuge.v1.Heartbeat
+	(*Range)(nil),          // 0: fuge.v1.Range
+	(*Lease)(nil),          // 1: fuge.v1.Lease
+	(*Header)(nil),         // 2: fuge.v1.Header
+	(*LeaseRequest)(nil),   // 3: fuge.v1.LeaseRequest
+	(*LeaseResponse)(nil),  // 4: fuge.v1.LeaseResponse
+	(*MigrationOrder)(nil), // 5: fuge.v1.MigrationOrder
+	(*Arc)(nil),            // 6: fuge.v1.Arc
+	(*ArcBlock)(nil),       // 7: fuge.v1.ArcBlock
+	(*Heartbeat)(nil),      // 8: fuge.v1.Heartbeat
+	(*MigrationFetch)(nil), // 9: fuge.v1.MigrationFetch
+	(*MigrationChunk)(nil), // 10: fuge.v1.MigrationChunk
 }
 var file_fuge_v1_fuge_proto_depIdxs = []int32{
 	0,  // 0: fuge.v1.Lease.range:type_name -> fuge.v1.Range
@@ -688,15 +960,22 @@ var file_fuge_v1_fuge_proto_depIdxs = []int32{
 	2,  // 5: fuge.v1.LeaseResponse.header:type_name -> fuge.v1.Header
 	1,  // 6: fuge.v1.LeaseResponse.renew:type_name -> fuge.v1.Lease
 	1,  // 7: fuge.v1.LeaseResponse.grant:type_name -> fuge.v1.Lease
-	0,  // 8: fuge.v1.Arc.range:type_name -> fuge.v1.Range
-	5,  // 9: fuge.v1.ArcBlock.arcs:type_name -> fuge.v1.Arc
-	3,  // 10: fuge.v1.OwnerService.Lease:input_type -> fuge.v1.LeaseRequest
-	4,  // 11: fuge.v1.OwnerService.Lease:output_type -> fuge.v1.LeaseResponse
-	11, // [11:12] is the sub-list for method output_type
-	10, // [10:11] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	5,  // 8: fuge.v1.LeaseResponse.migrate_out:type_name -> fuge.v1.MigrationOrder
+	5,  // 9: fuge.v1.LeaseResponse.migrate_in:type_name -> fuge.v1.MigrationOrder
+	0,  // 10: fuge.v1.MigrationOrder.range:type_name -> fuge.v1.Range
+	0,  // 11: fuge.v1.Arc.range:type_name -> fuge.v1.Range
+	6,  // 12: fuge.v1.ArcBlock.arcs:type_name -> fuge.v1.Arc
+	0,  // 13: fuge.v1.MigrationFetch.range:type_name -> fuge.v1.Range
+	0,  // 14: fuge.v1.MigrationChunk.range:type_name -> fuge.v1.Range
+	3,  // 15: fuge.v1.OwnerService.Lease:input_type -> fuge.v1.LeaseRequest
+	9,  // 16: fuge.v1.MigrationService.Fetch:input_type -> fuge.v1.MigrationFetch
+	4,  // 17: fuge.v1.OwnerService.Lease:output_type -> fuge.v1.LeaseResponse
+	10, // 18: fuge.v1.MigrationService.Fetch:output_type -> fuge.v1.MigrationChunk
+	17, // [17:19] is the sub-list for method output_type
+	15, // [15:17] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_fuge_v1_fuge_proto_init() }
@@ -710,9 +989,9 @@ func file_fuge_v1_fuge_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fuge_v1_fuge_proto_rawDesc), len(file_fuge_v1_fuge_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   11,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_fuge_v1_fuge_proto_goTypes,
 		DependencyIndexes: file_fuge_v1_fuge_proto_depIdxs,

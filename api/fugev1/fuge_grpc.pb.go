@@ -124,3 +124,122 @@ var OwnerService_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "fuge/v1/fuge.proto",
 }
+
+const (
+	MigrationService_Fetch_FullMethodName = "/fuge.v1.MigrationService/Fetch"
+)
+
+// MigrationServiceClient is the client API for MigrationService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// MigrationService is served by every owner that migrates state: the new
+// owner of a range fetches the range's state from its previous owner, which
+// streams what its application exports. Both ends are owners of one
+// namespace, authenticated by their certificates (mutual TLS): the
+// previous owner serves a fetch only to the owner the manager named as the
+// range's new owner, and only once it has stopped serving the range.
+type MigrationServiceClient interface {
+	Fetch(ctx context.Context, in *MigrationFetch, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MigrationChunk], error)
+}
+
+type migrationServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewMigrationServiceClient(cc grpc.ClientConnInterface) MigrationServiceClient {
+	return &migrationServiceClient{cc}
+}
+
+func (c *migrationServiceClient) Fetch(ctx context.Context, in *MigrationFetch, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MigrationChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &MigrationService_ServiceDesc.Streams[0], MigrationService_Fetch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[MigrationFetch, MigrationChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MigrationService_FetchClient = grpc.ServerStreamingClient[MigrationChunk]
+
+// MigrationServiceServer is the server API for MigrationService service.
+// All implementations must embed UnimplementedMigrationServiceServer
+// for forward compatibility.
+//
+// MigrationService is served by every owner that migrates state: the new
+// owner of a range fetches the range's state from its previous owner, which
+// streams what its application exports. Both ends are owners of one
+// namespace, authenticated by their certificates (mutual TLS): the
+// previous owner serves a fetch only to the owner the manager named as the
+// range's new owner, and only once it has stopped serving the range.
+type MigrationServiceServer interface {
+	Fetch(*MigrationFetch, grpc.ServerStreamingServer[MigrationChunk]) error
+	mustEmbedUnimplementedMigrationServiceServer()
+}
+
+// UnimplementedMigrationServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedMigrationServiceServer struct{}
+
+func (UnimplementedMigrationServiceServer) Fetch(*MigrationFetch, grpc.ServerStreamingServer[MigrationChunk]) error {
+	return status.Error(codes.Unimplemented, "method Fetch not implemented")
+}
+func (UnimplementedMigrationServiceServer) mustEmbedUnimplementedMigrationServiceServer() {}
+func (UnimplementedMigrationServiceServer) testEmbeddedByValue()                          {}
+
+// UnsafeMigrationServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to MigrationServiceServer will
+// result in compilation errors.
+type UnsafeMigrationServiceServer interface {
+	mustEmbedUnimplementedMigrationServiceServer()
+}
+
+func RegisterMigrationServiceServer(s grpc.ServiceRegistrar, srv MigrationServiceServer) {
+	// If the following call panics, it indicates UnimplementedMigrationServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&MigrationService_ServiceDesc, srv)
+}
+
+func _MigrationService_Fetch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(MigrationFetch)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MigrationServiceServer).Fetch(m, &grpc.GenericServerStream[MigrationFetch, MigrationChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MigrationService_FetchServer = grpc.ServerStreamingServer[MigrationChunk]
+
+// MigrationService_ServiceDesc is the grpc.ServiceDesc for MigrationService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var MigrationService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "fuge.v1.MigrationService",
+	HandlerType: (*MigrationServiceServer)(nil),
+	Methods:     []grpc.MethodDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Fetch",
+			Handler:       _MigrationService_Fetch_Handler,
+			ServerStreams: true,
+		},
+	},
+	Metadata: "fuge/v1/fuge.proto",
+}

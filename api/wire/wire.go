@@ -81,7 +81,7 @@ func Request(r lease.LeaseRequest) *fugev1.LeaseRequest {
 	out := &fugev1.LeaseRequest{
 		Namespace: r.Namespace, Owner: r.Owner, Addr: r.Addr,
 		Header: header(r.Header), Held: Leases(r.Held), Refused: Leases(r.Refused),
-		Leaving: r.Leaving,
+		Leaving: r.Leaving, MigrationAddr: r.MigrationAddr, Handover: r.Handover,
 	}
 	for _, m := range r.Migrated {
 		out.Migrated = append(out.Migrated, Range(m))
@@ -113,7 +113,13 @@ func RequestFrom(r *fugev1.LeaseRequest) (lease.LeaseRequest, error) {
 	if len(r.Migrated) > MaxLeases {
 		return lease.LeaseRequest{}, fmt.Errorf("%w: %d migrated ranges", ErrMalformed, len(r.Migrated))
 	}
-	out := lease.LeaseRequest{Namespace: r.Namespace, Owner: r.Owner, Addr: r.Addr, Header: h, Held: held, Refused: refused, Leaving: r.Leaving}
+	if r.MigrationAddr != "" {
+		if err := lease.ValidAddr("migration_addr", r.MigrationAddr); err != nil {
+			return lease.LeaseRequest{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+		}
+	}
+	out := lease.LeaseRequest{Namespace: r.Namespace, Owner: r.Owner, Addr: r.Addr, Header: h, Held: held, Refused: refused,
+		Leaving: r.Leaving, MigrationAddr: r.MigrationAddr, Handover: r.Handover}
 	for _, m := range r.Migrated {
 		rr, err := RangeFrom(m)
 		if err != nil {
@@ -129,7 +135,51 @@ func Response(r lease.LeaseResponse) *fugev1.LeaseResponse {
 	return &fugev1.LeaseResponse{
 		Namespace: r.Namespace, Owner: r.Owner, Header: header(r.Header),
 		Renew: Leases(r.Renew), Grant: Leases(r.Grant), RoutingHeader: r.RoutingHeader,
+		MigrateOut: migrations(r.MigrateOut), MigrateIn: migrations(r.MigrateIn),
 	}
+}
+
+func migrations(ms []lease.Migration) []*fugev1.MigrationOrder {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]*fugev1.MigrationOrder, len(ms))
+	for i, m := range ms {
+		out[i] = &fugev1.MigrationOrder{Range: Range(m.Range), Gen: uint64(m.Gen), Peer: m.Peer, PeerAddr: m.PeerAddr}
+	}
+	return out
+}
+
+// migrationsFrom converts migration orders from the wire, validating each:
+// a range, a generation, a peer name and a host:port.
+func migrationsFrom(what string, ms []*fugev1.MigrationOrder) ([]lease.Migration, error) {
+	if len(ms) > MaxLeases {
+		return nil, fmt.Errorf("%w: %d %s orders, at most %d", ErrMalformed, len(ms), what, MaxLeases)
+	}
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	out := make([]lease.Migration, len(ms))
+	for i, m := range ms {
+		if m == nil {
+			return nil, fmt.Errorf("%w: missing %s order", ErrMalformed, what)
+		}
+		r, err := RangeFrom(m.Range)
+		if err != nil {
+			return nil, err
+		}
+		if m.Gen == 0 {
+			return nil, fmt.Errorf("%w: %s order %v has generation 0", ErrMalformed, what, r)
+		}
+		if err := lease.ValidName(what+".peer", m.Peer); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+		}
+		if err := lease.ValidAddr(what+".peer_addr", m.PeerAddr); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+		}
+		out[i] = lease.Migration{Range: r, Gen: lease.Gen(m.Gen), Peer: m.Peer, PeerAddr: m.PeerAddr}
+	}
+	return out, nil
 }
 
 // ResponseFrom converts a lease response from the wire.
@@ -146,13 +196,22 @@ func ResponseFrom(r *fugev1.LeaseResponse) (lease.LeaseResponse, error) {
 	if err != nil {
 		return lease.LeaseResponse{}, err
 	}
+	out, err := migrationsFrom("migrate_out", r.MigrateOut)
+	if err != nil {
+		return lease.LeaseResponse{}, err
+	}
+	in, err := migrationsFrom("migrate_in", r.MigrateIn)
+	if err != nil {
+		return lease.LeaseResponse{}, err
+	}
 	return lease.LeaseResponse{Namespace: r.Namespace, Owner: r.Owner, Header: h, Renew: renew, Grant: grant,
-		RoutingHeader: r.RoutingHeader}, nil
+		RoutingHeader: r.RoutingHeader, MigrateOut: out, MigrateIn: in}, nil
 }
 
 // Arc converts one entry of a namespace's view to its xDS resource.
 func Arc(ns string, e lease.Entry) *fugev1.Arc {
-	return &fugev1.Arc{Namespace: ns, Range: Range(e.Range), Owner: e.Owner, Addr: e.Addr, Gen: uint64(e.Gen)}
+	return &fugev1.Arc{Namespace: ns, Range: Range(e.Range), Owner: e.Owner, Addr: e.Addr, Gen: uint64(e.Gen),
+		MigratedFrom: uint64(e.MigratedFrom)}
 }
 
 // ArcName is the xDS resource name of an arc: "<namespace>/<start>-<end>".
@@ -169,7 +228,10 @@ func EntryFrom(a *fugev1.Arc) (lease.Entry, error) {
 	if a.Owner != "" && a.Addr == "" {
 		return lease.Entry{}, fmt.Errorf("%w: arc %v held by %q without an address", ErrMalformed, r, a.Owner)
 	}
-	return lease.Entry{Range: r, Owner: a.Owner, Addr: a.Addr, Gen: lease.Gen(a.Gen)}, nil
+	if a.MigratedFrom >= a.Gen && a.MigratedFrom != 0 {
+		return lease.Entry{}, fmt.Errorf("%w: arc %v of generation %d migrated from a later generation %d", ErrMalformed, r, a.Gen, a.MigratedFrom)
+	}
+	return lease.Entry{Range: r, Owner: a.Owner, Addr: a.Addr, Gen: lease.Gen(a.Gen), MigratedFrom: lease.Gen(a.MigratedFrom)}, nil
 }
 
 // ClientKindKey is the gRPC metadata key with which a Fuge client names its

@@ -12,6 +12,11 @@
 // --insecure talks plaintext to a manager run with --insecure. Its own HTTP
 // port is plaintext.
 //
+// With --migration-listen ADDR it serves ownerguard's MigrationService
+// there (mutual TLS with its owner certificate unless --insecure): on a
+// drain, a rebalancing move or its own clean stop, its devices move to the
+// new owner of their range, and the devices need not publish again.
+//
 // It stops on SIGINT or SIGTERM: it stops serving, then ends its lease session
 // so the manager can hand its ranges on at once. Exit 2 means a bad command
 // line, 1 a failure.
@@ -38,6 +43,7 @@ import (
 	"github.com/fuge-project/fuge/examples/presence"
 	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/internal/clientshell"
+	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/ownerguard"
 	"github.com/fuge-project/fuge/ring"
 )
@@ -60,6 +66,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	leaseDur := fs.Duration("lease-duration", ownerguard.DefaultLeaseDuration, "lease T; must equal the namespace's")
 	history := fs.String("history", "", "for fault testing: append one line per answered request to this file\n(CLOCK_MONOTONIC ns inside the lease check, device id, generation, status)")
 	clockRate := fs.Float64("clock-rate", 1, "for fault testing only: run the lease clock at this rate of real time (0 freezes it)")
+	migListen := fs.String("migration-listen", "", "address to serve state migration on (MigrationService), reachable by the other servers;\nempty: off (a drain or stop makes its devices publish again)")
 	tlsOpts := tlsflags.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -78,7 +85,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("server", *name)
-	opts := options{history: *history, dial: tlsflags.DialOptions(src)}
+	opts := options{history: *history, dial: tlsflags.DialOptions(src), migListen: *migListen, tls: src}
 	if *clockRate != 1 {
 		opts.clock = clientshell.NewRateClock(*clockRate)
 		log.Warn("the lease clock runs at a test rate", "rate", *clockRate)
@@ -95,6 +102,10 @@ type options struct {
 	dial    []grpc.DialOption // to the managers (TLS)
 	history string            // file to append served requests to
 	clock   ownerguard.Clock  // nil: the default clock
+	// migListen is where to serve MigrationService ("" off), with tls
+	// (nil: plaintext, as with --insecure).
+	migListen string
+	tls       *fugetls.Source
 }
 
 func serve(ctx context.Context, log *slog.Logger, name, listen string, managers []string, ns string, leaseDur time.Duration, opts options) error {
@@ -103,8 +114,19 @@ func serve(ctx context.Context, log *slog.Logger, name, listen string, managers 
 		return err
 	}
 	var srv *presence.Server
+	var mig *ownerguard.MigrationConfig
+	if opts.migListen != "" {
+		mln, err := net.Listen("tcp", opts.migListen)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		// srv is set before Start: nothing migrates earlier.
+		mig = &ownerguard.MigrationConfig{Migrator: migrator{&srv}, Listener: mln, TLS: opts.tls}
+	}
 	owner, err := ownerguard.NewOwner(ownerguard.OwnerConfig{
-		Managers: managers, Namespace: ns, Name: name, Addr: ln.Addr().String(),
+		Migration: mig,
+		Managers:  managers, Namespace: ns, Name: name, Addr: ln.Addr().String(),
 		LeaseDuration: leaseDur, Logger: log, Clock: opts.clock, DialOptions: opts.dial,
 		OnOwnership: func(granted, revoked []ring.Range) {
 			dropped := srv.Drop(revoked)
@@ -114,6 +136,9 @@ func serve(ctx context.Context, log *slog.Logger, name, listen string, managers 
 	})
 	if err != nil {
 		ln.Close()
+		if mig != nil {
+			mig.Listener.Close()
+		}
 		return err
 	}
 	srv = presence.NewServer(owner)
@@ -157,4 +182,16 @@ func serve(ctx context.Context, log *slog.Logger, name, listen string, managers 
 		err = nil
 	}
 	return err
+}
+
+// migrator hands the Owner's migration upcalls to the server, which is
+// made after the Owner.
+type migrator struct{ srv **presence.Server }
+
+func (m migrator) Export(ctx context.Context, r ring.Range, g lease.Gen, w io.Writer) error {
+	return (*m.srv).Export(ctx, r, g, w)
+}
+
+func (m migrator) Import(ctx context.Context, r ring.Range, g lease.Gen, rd io.Reader) error {
+	return (*m.srv).Import(ctx, r, g, rd)
 }
