@@ -218,7 +218,10 @@ type LeaseRequest struct {
 	// The owner is closing: it has stopped serving every range and holds
 	// nothing; the manager takes it out of the ring and regrants its arcs at
 	// once. Held is empty. It is the last request of the incarnation.
-	Leaving       bool `protobuf:"varint,9,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	Leaving bool `protobuf:"varint,9,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// The owner's load now, for the leader's balancing policy (soft state,
+	// never committed). Absent: no report. See LoadReport.
+	Load          *LoadReport `protobuf:"bytes,10,opt,name=load,proto3" json:"load,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -316,6 +319,69 @@ func (x *LeaseRequest) GetLeaving() bool {
 	return false
 }
 
+func (x *LeaseRequest) GetLoad() *LoadReport {
+	if x != nil {
+		return x.Load
+	}
+	return nil
+}
+
+// LoadReport is an owner's load: by default the request rate its guards
+// admitted per second, smoothed; or a figure of the application's own. Every
+// figure is finite, 0 to 1e12. groups is empty or has exactly 64 figures:
+// the load in each 1/64 of the circle (the top six bits of a key's hash).
+type LoadReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rate          float64                `protobuf:"fixed64,1,opt,name=rate,proto3" json:"rate,omitempty"`
+	Groups        []float64              `protobuf:"fixed64,2,rep,packed,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadReport) Reset() {
+	*x = LoadReport{}
+	mi := &file_fuge_v1_fuge_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadReport) ProtoMessage() {}
+
+func (x *LoadReport) ProtoReflect() protoreflect.Message {
+	mi := &file_fuge_v1_fuge_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
+func (*LoadReport) Descriptor() ([]byte, []int) {
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *LoadReport) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *LoadReport) GetGroups() []float64 {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
 // LeaseResponse goes from the manager to an owner.
 type LeaseResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -334,7 +400,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[4]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +412,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[4]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +425,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{4}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LeaseResponse) GetNamespace() string {
@@ -420,7 +486,7 @@ type Arc struct {
 
 func (x *Arc) Reset() {
 	*x = Arc{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[5]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +498,7 @@ func (x *Arc) String() string {
 func (*Arc) ProtoMessage() {}
 
 func (x *Arc) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[5]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +511,7 @@ func (x *Arc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Arc.ProtoReflect.Descriptor instead.
 func (*Arc) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{5}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Arc) GetNamespace() string {
@@ -503,7 +569,7 @@ type ArcBlock struct {
 
 func (x *ArcBlock) Reset() {
 	*x = ArcBlock{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +581,7 @@ func (x *ArcBlock) String() string {
 func (*ArcBlock) ProtoMessage() {}
 
 func (x *ArcBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +594,7 @@ func (x *ArcBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArcBlock.ProtoReflect.Descriptor instead.
 func (*ArcBlock) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{6}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ArcBlock) GetNamespace() string {
@@ -564,7 +630,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +642,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +655,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{7}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Heartbeat) GetNamespace() string {
@@ -622,7 +688,7 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
 	"peer_nonce\x18\x03 \x01(\x06R\tpeerNonce\x12\x17\n" +
-	"\aack_seq\x18\x04 \x01(\x04R\x06ackSeq\"\xbf\x02\n" +
+	"\aack_seq\x18\x04 \x01(\x04R\x06ackSeq\"\xe8\x02\n" +
 	"\fLeaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x12\n" +
@@ -632,7 +698,13 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\bmigrated\x18\x06 \x03(\v2\x0e.fuge.v1.RangeR\bmigrated\x12(\n" +
 	"\arefused\x18\a \x03(\v2\x0e.fuge.v1.LeaseR\arefused\x12*\n" +
 	"\x11lease_duration_ms\x18\b \x01(\x03R\x0fleaseDurationMs\x12\x18\n" +
-	"\aleaving\x18\t \x01(\bR\aleaving\"\xdf\x01\n" +
+	"\aleaving\x18\t \x01(\bR\aleaving\x12'\n" +
+	"\x04load\x18\n" +
+	" \x01(\v2\x13.fuge.v1.LoadReportR\x04load\"8\n" +
+	"\n" +
+	"LoadReport\x12\x12\n" +
+	"\x04rate\x18\x01 \x01(\x01R\x04rate\x12\x16\n" +
+	"\x06groups\x18\x02 \x03(\x01R\x06groups\"\xdf\x01\n" +
 	"\rLeaseResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12'\n" +
@@ -668,16 +740,17 @@ func file_fuge_v1_fuge_proto_rawDescGZIP() []byte {
 	return file_fuge_v1_fuge_proto_rawDescData
 }
 
-var file_fuge_v1_fuge_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_fuge_v1_fuge_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_fuge_v1_fuge_proto_goTypes = []any{
 	(*Range)(nil),         // 0: fuge.v1.Range
 	(*Lease)(nil),         // 1: fuge.v1.Lease
 	(*Header)(nil),        // 2: fuge.v1.Header
 	(*LeaseRequest)(nil),  // 3: fuge.v1.LeaseRequest
-	(*LeaseResponse)(nil), // 4: fuge.v1.LeaseResponse
-	(*Arc)(nil),           // 5: fuge.v1.Arc
-	(*ArcBlock)(nil),      // 6: fuge.v1.ArcBlock
-	(*Heartbeat)(nil),     // 7: fuge.v1.Heartbeat
+	(*LoadReport)(nil),    // 4: fuge.v1.LoadReport
+	(*LeaseResponse)(nil), // 5: fuge.v1.LeaseResponse
+	(*Arc)(nil),           // 6: fuge.v1.Arc
+	(*ArcBlock)(nil),      // 7: fuge.v1.ArcBlock
+	(*Heartbeat)(nil),     // 8: fuge.v1.Heartbeat
 }
 var file_fuge_v1_fuge_proto_depIdxs = []int32{
 	0,  // 0: fuge.v1.Lease.range:type_name -> fuge.v1.Range
@@ -685,18 +758,19 @@ var file_fuge_v1_fuge_proto_depIdxs = []int32{
 	1,  // 2: fuge.v1.LeaseRequest.held:type_name -> fuge.v1.Lease
 	0,  // 3: fuge.v1.LeaseRequest.migrated:type_name -> fuge.v1.Range
 	1,  // 4: fuge.v1.LeaseRequest.refused:type_name -> fuge.v1.Lease
-	2,  // 5: fuge.v1.LeaseResponse.header:type_name -> fuge.v1.Header
-	1,  // 6: fuge.v1.LeaseResponse.renew:type_name -> fuge.v1.Lease
-	1,  // 7: fuge.v1.LeaseResponse.grant:type_name -> fuge.v1.Lease
-	0,  // 8: fuge.v1.Arc.range:type_name -> fuge.v1.Range
-	5,  // 9: fuge.v1.ArcBlock.arcs:type_name -> fuge.v1.Arc
-	3,  // 10: fuge.v1.OwnerService.Lease:input_type -> fuge.v1.LeaseRequest
-	4,  // 11: fuge.v1.OwnerService.Lease:output_type -> fuge.v1.LeaseResponse
-	11, // [11:12] is the sub-list for method output_type
-	10, // [10:11] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	4,  // 5: fuge.v1.LeaseRequest.load:type_name -> fuge.v1.LoadReport
+	2,  // 6: fuge.v1.LeaseResponse.header:type_name -> fuge.v1.Header
+	1,  // 7: fuge.v1.LeaseResponse.renew:type_name -> fuge.v1.Lease
+	1,  // 8: fuge.v1.LeaseResponse.grant:type_name -> fuge.v1.Lease
+	0,  // 9: fuge.v1.Arc.range:type_name -> fuge.v1.Range
+	6,  // 10: fuge.v1.ArcBlock.arcs:type_name -> fuge.v1.Arc
+	3,  // 11: fuge.v1.OwnerService.Lease:input_type -> fuge.v1.LeaseRequest
+	5,  // 12: fuge.v1.OwnerService.Lease:output_type -> fuge.v1.LeaseResponse
+	12, // [12:13] is the sub-list for method output_type
+	11, // [11:12] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_fuge_v1_fuge_proto_init() }
@@ -710,7 +784,7 @@ func file_fuge_v1_fuge_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fuge_v1_fuge_proto_rawDesc), len(file_fuge_v1_fuge_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
