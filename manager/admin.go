@@ -309,10 +309,16 @@ type namespaceJSON struct {
 	RingSize      int    `json:"ring_size"`
 	Header        string `json:"header"`
 	LeaseDuration string `json:"lease_duration"`
+	// The balancing policy and its knobs (NamespaceConfig.Balance...).
+	Balance         string  `json:"balance,omitempty"`
+	BalanceInterval string  `json:"balance_interval,omitempty"`
+	BalanceMaxMoves int     `json:"balance_max_moves,omitempty"`
+	BalanceMinLoad  float64 `json:"balance_min_load,omitempty"`
 }
 
 func nsJSON(nc NamespaceConfig) namespaceJSON {
-	return namespaceJSON{Name: nc.Name, RingSize: nc.RingSize, Header: nc.Header, LeaseDuration: nc.LeaseDuration.String()}
+	return namespaceJSON{Name: nc.Name, RingSize: nc.RingSize, Header: nc.Header, LeaseDuration: nc.LeaseDuration.String(),
+		Balance: nc.Balance, BalanceInterval: nc.BalanceInterval.String(), BalanceMaxMoves: nc.BalanceMaxMoves, BalanceMinLoad: nc.BalanceMinLoad}
 }
 
 func (s *Server) getNamespaces(w http.ResponseWriter, _ *http.Request, l *leaderState) {
@@ -336,7 +342,8 @@ func (s *Server) postNamespace(w http.ResponseWriter, r *http.Request, l *leader
 		writeErr(w, err)
 		return
 	}
-	nc := NamespaceConfig{Name: in.Name, RingSize: in.RingSize, Header: in.Header}
+	nc := NamespaceConfig{Name: in.Name, RingSize: in.RingSize, Header: in.Header,
+		Balance: in.Balance, BalanceMaxMoves: in.BalanceMaxMoves, BalanceMinLoad: in.BalanceMinLoad}
 	if in.LeaseDuration != "" {
 		d, err := time.ParseDuration(in.LeaseDuration)
 		if err != nil || d <= 0 {
@@ -344,6 +351,18 @@ func (s *Server) postNamespace(w http.ResponseWriter, r *http.Request, l *leader
 			return
 		}
 		nc.LeaseDuration = d
+	}
+	if in.BalanceInterval != "" {
+		d, err := time.ParseDuration(in.BalanceInterval)
+		if err != nil || d <= 0 {
+			writeErr(w, fmt.Errorf("%w: balance_interval %.40q", ErrBadRequest, in.BalanceInterval))
+			return
+		}
+		nc.BalanceInterval = d
+	}
+	if in.BalanceMaxMoves < 0 || in.BalanceMinLoad < 0 {
+		writeErr(w, fmt.Errorf("%w: balance_max_moves and balance_min_load must not be negative", ErrBadRequest))
+		return
 	}
 	if err := nc.defaults(Config{LeaseDuration: s.cfg.LeaseDuration}); err != nil {
 		writeErr(w, err)

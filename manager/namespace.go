@@ -92,6 +92,8 @@ type session struct {
 	// Messages share these slices; nobody modifies them.
 	renew, grant []lease.Lease
 	msgVersion   uint64
+	// load is its latest load report (balance.go); nil until one.
+	load *ownerLoad
 }
 
 // namespace is one pool: its owners, lease table and change log.
@@ -127,6 +129,10 @@ type namespace struct {
 	// (note), handed out in Output.Events.
 	events   []CoreEvent
 	eventIdx map[coreEventKey]int
+	// vnodes are the desired ring's counts V_h (Σ = RingSize), committed
+	// in the owner records; bal is the balancing policy's state (balance.go).
+	vnodes map[string]int
+	bal    balancer
 }
 
 const maxRetired = 16
@@ -141,7 +147,9 @@ func newNamespace(m *Manager, nc NamespaceConfig, now time.Time) *namespace {
 		addrs:    map[string]string{},
 		nextGen:  1,
 		dirty:    map[string]bool{},
+		vnodes:   map[string]int{},
 	}
+	n.bal.policy = newPolicy(nc.Balance)
 	n.desired, _ = ring.New(nil)
 	n.table = ring.NewTable(arc{gen: 1})
 	n.view = ring.NewTable(viewVal{Gen: 1})
@@ -304,6 +312,9 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 	}
 	st.Accepted++
 	st.Refused += uint64(len(req.Refused))
+	if req.Load != nil {
+		n.noteLoad(s, req.Load, now)
+	}
 	if req.Leaving {
 		n.leave(s)
 	}
