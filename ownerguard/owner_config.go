@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fuge-project/fuge/internal/clientshell"
+	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/ring"
 )
 
@@ -106,6 +107,17 @@ type OwnerConfig struct {
 	// MaxMessageBytes limits gRPC messages both ways. Zero means 16 MiB.
 	MaxMessageBytes int
 
+	// LoadWindow is the time constant of the moving average of the
+	// admitted request rate that the Owner reports as its load on every
+	// lease request (see CountRequest, DefaultLoadWindow: 5 s). Negative
+	// means report no load.
+	LoadWindow time.Duration
+	// LoadFunc, if set, is called on every lease request (every T/4, from
+	// the session goroutine; it must be quick) for the load to report
+	// instead: the application's own figure. A figure that
+	// lease.LoadReport.Validate refuses is not sent.
+	LoadFunc func() lease.LoadReport
+
 	// Logger receives connection events. Nil means discard.
 	Logger *slog.Logger
 	// Clock is the time source for leases and timers. Nil means the
@@ -145,6 +157,9 @@ func (c OwnerConfig) withDefaults() OwnerConfig {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.LoadWindow == 0 {
+		c.LoadWindow = DefaultLoadWindow
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
