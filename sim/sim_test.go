@@ -80,6 +80,25 @@ func TestNegativeControlLeaveKeepsBelief(t *testing.T) {
 	})
 }
 
+// A balancing move that hands arcs to their new owner without recalling
+// them from the old one: the old owner believes them until the manager's
+// next message reaches it, while the new one already serves them.
+func TestNegativeControlBalanceNoRecall(t *testing.T) {
+	negativeControl(t, 200, "I1:", func(p *Params) {
+		p.UnsafeBalanceNoRecall = true
+	})
+}
+
+// The policy does move virtual nodes under the fault schedules (the short
+// run would otherwise prove nothing about balancing).
+func TestSimulatorBalances(t *testing.T) {
+	sum := runSeeds(1, 20, 2, nil)
+	if sum.balanced < 5 || sum.vnodesMoved == 0 {
+		t.Fatalf("policy moved %d virtual nodes in %d of 20 seeds", sum.vnodesMoved, sum.balanced)
+	}
+	t.Logf("balancing: %d virtual nodes moved in %d moving rounds, in %d of 20 seeds", sum.vnodesMoved, sum.movingRounds, sum.balanced)
+}
+
 // A new incarnation under a live owner's name (the old process cut off from
 // the manager, not dead) must not be granted its predecessor's ranges before
 // they expire. The manager as it was before issue 10 did so at once: two
