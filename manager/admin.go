@@ -470,18 +470,46 @@ func (s *Server) getOwners(w http.ResponseWriter, r *http.Request, l *leaderStat
 		VNodes    int    `json:"vnodes"`
 		Draining  bool   `json:"draining"`
 		LastHeard string `json:"last_heard"`
+		// Load is the owner's latest load report (by default admitted
+		// requests per second); LoadReported when the leader received it,
+		// "" if never. RingShare is the fraction of the circle its arcs
+		// cover in the desired ring.
+		Load         float64 `json:"load"`
+		LoadReported string  `json:"load_reported"`
+		RingShare    float64 `json:"ring_share"`
+	}
+	type balanceJSON struct {
+		Policy       string `json:"policy"`
+		Rounds       uint64 `json:"rounds"`
+		MovingRounds uint64 `json:"moving_rounds"`
+		VNodesMoved  uint64 `json:"vnodes_moved"`
+		RangesMoved  uint64 `json:"ranges_moved"`
 	}
 	out := struct {
 		Namespace string      `json:"namespace"`
 		Owners    []ownerJSON `json:"owners"`
+		Balance   balanceJSON `json:"balance"`
 	}{Namespace: ns, Owners: []ownerJSON{}}
 	err := l.do(func() error {
 		os, err := l.core.Owners(ns)
-		for _, o := range os {
-			out.Owners = append(out.Owners, ownerJSON{Name: o.Name, Addr: o.Addr, VNodes: o.VNodes, Draining: o.Draining,
-				LastHeard: o.LastHeard.UTC().Format(time.RFC3339Nano)})
+		if err != nil {
+			return err
 		}
-		return err
+		loads, _ := l.core.Loads(ns)
+		shares, _ := l.core.RingShares(ns)
+		for _, o := range os {
+			oj := ownerJSON{Name: o.Name, Addr: o.Addr, VNodes: o.VNodes, Draining: o.Draining,
+				LastHeard: o.LastHeard.UTC().Format(time.RFC3339Nano), RingShare: shares[o.Name]}
+			if ld := loads[o.Name]; !ld.ReportedAt.IsZero() {
+				oj.Load, oj.LoadReported = ld.Rate, ld.ReportedAt.UTC().Format(time.RFC3339Nano)
+			}
+			out.Owners = append(out.Owners, oj)
+		}
+		n, _ := l.core.namespace(ns)
+		bs := n.bal.stats
+		out.Balance = balanceJSON{Policy: n.cfg.Balance, Rounds: bs.Rounds, MovingRounds: bs.MovingRounds,
+			VNodesMoved: bs.VNodesMoved, RangesMoved: bs.RangesMoved}
+		return nil
 	})
 	if err != nil {
 		writeErr(w, err)

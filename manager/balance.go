@@ -329,3 +329,18 @@ func (m *Manager) Loads(ns string) (map[string]OwnerLoadInfo, error) {
 	}
 	return out, nil
 }
+
+// RingShares returns the fraction of the circle each owner's arcs cover in
+// the desired ring. O(R).
+func (m *Manager) RingShares(ns string) (map[string]float64, error) {
+	n, err := m.namespace(ns)
+	if err != nil {
+		return nil, err
+	}
+	d := n.desired
+	out := make(map[string]float64, len(d.Owners()))
+	for p := range d.Len() {
+		out[d.OwnerName(p)] += d.Arc(p).Share()
+	}
+	return out, nil
+}
