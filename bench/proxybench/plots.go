@@ -4,6 +4,21 @@ import (
 	"fmt"
 	"path/filepath"
 	"time"
+
+	"github.com/fuge-project/fuge/internal/plot"
+)
+
+// The plotting code lives in internal/plot, shared with bench/balance.
+type (
+	bar    = plot.Bar
+	series = plot.Series
+	canvas = plot.Canvas
+)
+
+var (
+	hbars = plot.HBars
+	lines = plot.Lines
+	stack = plot.Stack
 )
 
 // colorOf gives each target one color in every plot.
@@ -73,7 +88,7 @@ func (r *report) plots(dir string) error {
 			hbars("split-brain writes under churn", "writes", split)),
 		"move.png": lines("fuge-proxy p99 per second around the drain of b4 (25% of the ring)", "second from the drain", "us", secs, []series{p99}),
 	} {
-		if err := c.save(filepath.Join(dir, name)); err != nil {
+		if err := c.Save(filepath.Join(dir, name)); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,7 @@
-package main
+// Package plot draws the benchmarks' PNG plots with the standard library
+// alone (image/png and the 5x7 font in font.go): horizontal bars with
+// min-max whiskers, and lines. bench/proxybench and bench/balance share it.
+package plot
 
 import (
 	"image"
@@ -10,9 +13,6 @@ import (
 	"strconv"
 	"strings"
 )
-
-// Plots drawn with the standard library alone (image/png and the 5x7 font
-// in font.go): horizontal bars with min-max whiskers, and lines.
 
 const (
 	scale   = 2 // font pixels per glyph pixel
@@ -34,20 +34,22 @@ var (
 	}
 )
 
-type canvas struct{ *image.RGBA }
+// Canvas is a plot being drawn.
+type Canvas struct{ *image.RGBA }
 
-func newCanvas(w, h int) canvas {
-	c := canvas{image.NewRGBA(image.Rect(0, 0, w, h))}
+// NewCanvas is a white w×h canvas.
+func NewCanvas(w, h int) Canvas {
+	c := Canvas{image.NewRGBA(image.Rect(0, 0, w, h))}
 	draw.Draw(c.RGBA, c.Bounds(), &image.Uniform{white}, image.Point{}, draw.Src)
 	return c
 }
 
-func (c canvas) rect(x0, y0, x1, y1 int, col color.Color) {
+func (c Canvas) rect(x0, y0, x1, y1 int, col color.Color) {
 	draw.Draw(c.RGBA, image.Rect(x0, y0, x1, y1), &image.Uniform{col}, image.Point{}, draw.Src)
 }
 
 // line draws a line of width w (Bresenham, thickened).
-func (c canvas) line(x0, y0, x1, y1, w int, col color.Color) {
+func (c Canvas) line(x0, y0, x1, y1, w int, col color.Color) {
 	dx, dy := abs(x1-x0), -abs(y1-y0)
 	sx, sy := 1, 1
 	if x0 > x1 {
@@ -82,7 +84,7 @@ func abs(x int) int {
 }
 
 // text draws s in upper case with its top-left corner at (x, y).
-func (c canvas) text(x, y int, s string, col color.Color) {
+func (c Canvas) text(x, y int, s string, col color.Color) {
 	for _, r := range strings.ToUpper(s) {
 		g, ok := glyphs[r]
 		if !ok {
@@ -129,22 +131,22 @@ func fmtNum(v float64) string {
 	}
 }
 
-// bar is one bar: a value with an optional range (Lo = Hi = 0: none).
-type bar struct {
+// Bar is one Bar: a value with an optional range (Lo = Hi = 0: none).
+type Bar struct {
 	Label     string
 	V, Lo, Hi float64
 	Color     int // palette index
 }
 
-// hbars draws horizontal bars with their values and min-max whiskers.
-func hbars(title, unit string, bars []bar) canvas {
+// HBars draws horizontal bars with their values and min-max whiskers.
+func HBars(title, unit string, bars []Bar) Canvas {
 	left := 0
 	for _, b := range bars {
 		left = max(left, textW(b.Label))
 	}
 	left += 20
 	h := marginT + len(bars)*(barH+barGap) + 50
-	c := newCanvas(plotW, h)
+	c := NewCanvas(plotW, h)
 	c.text(10, 12, title, black)
 	top, right := marginT, plotW-90
 	maxV := 0.0
@@ -181,19 +183,20 @@ func hbars(title, unit string, bars []bar) canvas {
 	return c
 }
 
-// series is one line of a line plot.
-type series struct {
+// Series is one line of a line plot.
+type Series struct {
 	Name  string
 	Y     []float64
 	Color int // palette index
 }
 
-// lines draws series over categorical x positions named xs, on a log
-// scale when the values span more than a factor of 20.
-func lines(title, xunit, yunit string, xs []string, ss []series) canvas {
+// Lines draws series over categorical x positions named xs (an empty name
+// gets no tick), on a log scale when the values span more than a factor of
+// 20.
+func Lines(title, xunit, yunit string, xs []string, ss []Series) Canvas {
 	const left, top, h, w = 110, 80, 540, 1150
 	right, bottom := w-420, h-60 // room for the legend's longest name
-	c := newCanvas(w, h)
+	c := NewCanvas(w, h)
 	c.text(10, 12, title, black)
 	lo, hi := math.Inf(1), 0.0
 	for _, s := range ss {
@@ -246,6 +249,9 @@ func lines(title, xunit, yunit string, xs []string, ss []series) canvas {
 		c.text(left-8-textW(s), y(v)-charH/2+2, s, black)
 	}
 	for i, s := range xs {
+		if s == "" {
+			continue // an unlabelled position: no tick
+		}
 		c.line(x(i), top, x(i), bottom, 1, grey)
 		c.text(x(i)-textW(s)/2, bottom+8, s, black)
 	}
@@ -265,14 +271,14 @@ func lines(title, xunit, yunit string, xs []string, ss []series) canvas {
 	return c
 }
 
-// stack puts canvases one above the other.
-func stack(cs ...canvas) canvas {
+// Stack puts canvases one above the other.
+func Stack(cs ...Canvas) Canvas {
 	h, w := 0, 0
 	for _, c := range cs {
 		h += c.Bounds().Dy()
 		w = max(w, c.Bounds().Dx())
 	}
-	out := newCanvas(w, h)
+	out := NewCanvas(w, h)
 	y := 0
 	for _, c := range cs {
 		draw.Draw(out.RGBA, c.Bounds().Add(image.Pt(0, y)), c.RGBA, image.Point{}, draw.Src)
@@ -281,7 +287,8 @@ func stack(cs ...canvas) canvas {
 	return out
 }
 
-func (c canvas) save(path string) error {
+// Save writes c as a PNG file.
+func (c Canvas) Save(path string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
