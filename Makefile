@@ -40,6 +40,9 @@ bench-go: ## Run the Go benchmarks matching BENCH, with allocations
 bench-manager: ## Measure one manager under 500 owners + 2,000 lookups (PRS §7.1), steady and churn
 	go run ./bench/managerscale -memory-limit 176MiB
 
+bench-balance: ## Balancing policies off, seeds, fit under Zipf 0.8 and 1.1 with a load shift (5 min): bench/results/<date>/balance/
+	go run ./bench/balance
+
 chaos: ## Run the fault harness (real processes) for DURATION (2m) from SEED (1), or SCENARIOS once each
 	go run ./bench/chaos -seed '$(or $(strip $(SEED)),1)' -duration '$(or $(strip $(DURATION)),2m)' $(if $(strip $(SCENARIOS)),-scenarios '$(strip $(SCENARIOS))')
 
@@ -59,4 +62,4 @@ clean: ## Remove ./bin and the Go test cache
 	rm -rf bin
 	go clean -testcache
 
-.PHONY: help test vet fmt fuzz bench bench-go bench-manager chaos sim proto demo tidy clean
+.PHONY: help test vet fmt fuzz bench bench-go bench-manager bench-balance chaos sim proto demo tidy clean

@@ -141,6 +141,29 @@ func TestSeedsMovesThroughRecall(t *testing.T) {
 	if again := sumVNodes(t, m); !reflect.DeepEqual(again, after) {
 		t.Errorf("moved again on stale reports: %v -> %v", after, again)
 	}
+	// Fresh reports after the move finished (the first report saw it done)
+	// and half an interval more: the next round moves again.
+	later := at.Add(25 * time.Second)
+	for _, o := range os {
+		report(t, m, o, loads[o.name], later, os)
+	}
+	later = later.Add(15 * time.Second)
+	for _, o := range os {
+		report(t, m, o, loads[o.name], later, os)
+	}
+	for m.NextDeadline().Before(later.Add(30 * time.Second)) {
+		next := m.NextDeadline()
+		if next.IsZero() {
+			break
+		}
+		out := m.Tick(next)
+		for _, o := range os {
+			o.accept(out)
+		}
+	}
+	if again := sumVNodes(t, m); again["a"] != after["a"]-1 {
+		t.Errorf("no second move on fresh reports: %v -> %v (stats %+v)", after, again, func() BalanceStats { b, _ := m.BalanceStats("ns"); return b }())
+	}
 }
 
 // assertConverged checks that every arc is granted to its desired owner

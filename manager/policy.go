@@ -38,8 +38,9 @@ const (
 	// after one that moved virtual nodes waits until those moves are done
 	// and every owner has reported since (see balancer.round).
 	DefaultBalanceInterval = 15 * time.Second
-	// DefaultBalanceMaxMoves bounds the virtual nodes moved per round.
-	DefaultBalanceMaxMoves = 32
+	// DefaultBalanceMaxMoves bounds the virtual nodes moved per round:
+	// 64 of R = 4096 is 1.6% of the circle.
+	DefaultBalanceMaxMoves = 64
 	// DefaultBalanceMinLoad is the mean load (in the owners' unit, by
 	// default admitted requests per second) below which no round moves
 	// anything: at a few requests a second the reports are mostly noise.
@@ -197,7 +198,7 @@ func cmpFloat(a, b float64) int {
 // the noise of a settled pool stays inside the band and moves nothing).
 const (
 	fitStart = 1.08
-	fitStop  = 1.03
+	fitStop  = 1.04
 	// fitMaxBlock bounds the virtual nodes fit considers moving at once
 	// between one pair of owners.
 	fitMaxBlock = 8
@@ -218,9 +219,31 @@ const (
 // imbalance needs, where seeds moves one per owner per round, and it does
 // not move an empty arc that would leave the load where it is.
 // Cost: O(owners) per move considered, plus O(log R) ring lookups.
+//
+// Hysteresis against noise and against what the ring cannot do: fit stops
+// at fitStop, and it also stops ("stalls") after two moving rounds in a row
+// that did not lower the measured max/mean by fitProgress below the best
+// since it started (the
+// estimate was wrong: one hot key, not an even spread, carries a group's
+// load, and moving more would only pass the key from owner to owner); it
+// starts again only once the measured max/mean is fitRestall above where it
+// stalled, or above fitStart from a settled pool.
 type fitPolicy struct {
-	active bool // a round found the pool above fitStart and it has not reached fitStop since
+	active     bool    // a round found the pool above fitStart and it has not reached fitStop since
+	moved      bool    // the last round moved virtual nodes
+	best       float64 // the lowest max/mean measured since it started moving
+	noProgress int     // moving rounds in a row that did not help
+	stalled    float64 // max/mean where it stalled; 0 if it has not
 }
+
+// fitRestall is how much above where it stalled max/mean must get for fit
+// to move again (and how much above its best, while moving, counts as a
+// change of the load rather than a failure of the moves); fitProgress is
+// the least improvement of max/mean that counts as progress.
+const (
+	fitRestall  = 0.05
+	fitProgress = 0.02
+)
 
 func (*fitPolicy) Name() string { return BalanceFit }
 func (*fitPolicy) wantShares()  {}
@@ -239,8 +262,30 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 		idx[o.Name] = i
 		maxLoad = max(maxLoad, o.Load)
 	}
-	if !p.active && maxLoad <= fitStart*mean {
+	ratio := maxLoad / mean
+	prevMoved := p.moved
+	p.moved = false
+	switch {
+	case p.stalled > 0 && ratio <= p.stalled+fitRestall:
 		return nil
+	case p.stalled > 0 || (!p.active && ratio > fitStart):
+		p.stalled, p.best, p.noProgress = 0, ratio, 0
+	case !p.active:
+		return nil
+	case ratio <= fitStop:
+		p.active, p.noProgress = false, 0
+		return nil
+	case prevMoved && ratio > p.best+fitRestall:
+		// The load changed under the moves (a shift): start afresh.
+		p.best, p.noProgress = ratio, 0
+	case prevMoved && ratio < p.best-fitProgress:
+		p.best, p.noProgress = ratio, 0
+	case prevMoved:
+		// The last moves did not lower the measured maximum.
+		if p.noProgress++; p.noProgress >= 2 {
+			p.stalled, p.active, p.noProgress = max(ratio, fitStart), false, 0
+			return nil
+		}
 	}
 	p.active = true
 	// density[i][g]: estimated load per unit of circle of owner i in group g.
@@ -343,6 +388,7 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 		moved += bestK
 		moves = appendMove(moves, VNodeMove{From: gi.Name, To: in.Owners[best].Name, N: bestK})
 	}
+	p.moved = len(moves) > 0
 	return moves
 }
 
