@@ -237,9 +237,10 @@ type fitPolicy struct {
 }
 
 // fitRestall is how much above where it stalled max/mean must get for fit
-// to move again (and how much above its best, while moving, counts as a
-// change of the load rather than a failure of the moves); fitProgress is
-// the least improvement of max/mean that counts as progress.
+// to move again; fitProgress is the least improvement of max/mean that
+// counts as progress. A round after moves that finds max/mean worse counts
+// as no progress too, even if the load shifted meanwhile: fit cannot tell
+// the two apart, and a hot key passed from owner to owner looks the same.
 const (
 	fitRestall  = 0.05
 	fitProgress = 0.02
@@ -275,9 +276,6 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 	case ratio <= fitStop:
 		p.active, p.noProgress = false, 0
 		return nil
-	case prevMoved && ratio > p.best+fitRestall:
-		// The load changed under the moves (a shift): start afresh.
-		p.best, p.noProgress = ratio, 0
 	case prevMoved && ratio < p.best-fitProgress:
 		p.best, p.noProgress = ratio, 0
 	case prevMoved:
