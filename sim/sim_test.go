@@ -17,6 +17,12 @@ func TestSimulatorShortRun(t *testing.T) {
 	if sum.events < shortSeeds*1000 {
 		t.Errorf("only %d events: the schedule is not exercising the protocol", sum.events)
 	}
+	// The balancing policy moves virtual nodes under the faults in most
+	// seeds, or the run proves nothing about balancing.
+	t.Logf("balancing: %d virtual nodes moved in %d moving rounds, in %d of %d seeds", sum.vnodesMoved, sum.movingRounds, sum.balanced, shortSeeds)
+	if sum.balanced < shortSeeds/2 {
+		t.Errorf("the policy moved virtual nodes in only %d of %d seeds", sum.balanced, shortSeeds)
+	}
 }
 
 func TestSeedReplaysExactly(t *testing.T) {
@@ -87,16 +93,6 @@ func TestNegativeControlBalanceNoRecall(t *testing.T) {
 	negativeControl(t, 200, "I1:", func(p *Params) {
 		p.UnsafeBalanceNoRecall = true
 	})
-}
-
-// The policy does move virtual nodes under the fault schedules (the short
-// run would otherwise prove nothing about balancing).
-func TestSimulatorBalances(t *testing.T) {
-	sum := runSeeds(1, 20, 2, nil)
-	if sum.balanced < 5 || sum.vnodesMoved == 0 {
-		t.Fatalf("policy moved %d virtual nodes in %d of 20 seeds", sum.vnodesMoved, sum.balanced)
-	}
-	t.Logf("balancing: %d virtual nodes moved in %d moving rounds, in %d of 20 seeds", sum.vnodesMoved, sum.movingRounds, sum.balanced)
 }
 
 // A new incarnation under a live owner's name (the old process cut off from
