@@ -26,10 +26,15 @@ const (
 	// from the owners' per-group loads, and makes the moves that even out
 	// the estimated loads most, several per round (see fitPolicy).
 	BalanceFit = "fit"
-	// DefaultBalance is the policy of a namespace that names none: fit,
-	// which reached max/mean 1.10 within 60 s on make bench-balance where
-	// seeds did not (see README, "Load balancing").
-	DefaultBalance = BalanceFit
+	// DefaultBalance is the policy of a namespace that names none: off.
+	// fit is the policy to turn on (it reached max/mean 1.05 within 60 s
+	// at Zipf 0.8 on make bench-balance, where seeds stayed at 1.18; see
+	// README, "Load balancing"), but balancing moves keys, with loss
+	// notifications, wherever owners' load is uneven, and with it on by
+	// default e2e's TestXDSConformance at R = 65536 no longer converged
+	// (its probes' uneven load kept fit moving virtual nodes): a namespace
+	// opts in.
+	DefaultBalance = BalanceOff
 )
 
 // Defaults of the balancing knobs of NamespaceConfig.

@@ -57,7 +57,7 @@ func commands() []command {
 		{name: "namespaces create", args: []string{"NAME"}, flags: createFlagSet,
 			flagsHelp: "[--ring-size N] [--header H] [--lease-duration D] [--balance off|seeds|fit] [--balance-interval D]",
 			help: "create a namespace (zero flags take the manager's defaults; --balance picks the load-balancing policy,\n" +
-				"\tdefault fit; --balance-interval the least time between its rounds, default 15s)", run: (*cli).createNamespace},
+				"\tdefault off, fit recommended; --balance-interval the least time between its rounds, default 15s)", run: (*cli).createNamespace},
 		{name: "namespaces delete", args: []string{"NAME"}, help: "delete a namespace", run: (*cli).deleteNamespace},
 		{name: "ring", args: []string{"NS"}, help: "the ring NS is moving toward: each entry's position, owner and index", run: (*cli).ring},
 		{name: "leases", args: []string{"NS"}, help: "the lease table: each arc's holder, generation, state and expiry", run: (*cli).leases},
