@@ -46,6 +46,9 @@ bench-manager: ## Measure the manager under 500 owners + 2,000 lookups (PRS §7.
 bench-migration: ## Drain one presence server under load, state migration off then on: devices republished
 	go run ./bench/migration/cmd
 
+bench-balance: ## Balancing policies off, seeds, fit under Zipf 0.8 and 1.1 with a load shift (5 min): bench/results/<date>/balance/
+	go run ./bench/balance
+
 chaos: ## Run the fault harness (real processes) for DURATION (2m) from SEED (1), or SCENARIOS once each
 	go run ./bench/chaos -seed '$(or $(strip $(SEED)),1)' -duration '$(or $(strip $(DURATION)),2m)' $(if $(strip $(SCENARIOS)),-scenarios '$(strip $(SCENARIOS))')
 
@@ -65,4 +68,4 @@ clean: ## Remove ./bin and the Go test cache
 	rm -rf bin
 	go clean -testcache
 
-.PHONY: help test vet fmt fuzz bench bench-go bench-manager bench-migration bench-ratelimit chaos sim proto demo tidy clean
+.PHONY: help test vet fmt fuzz bench bench-go bench-manager bench-balance bench-migration bench-ratelimit chaos sim proto demo tidy clean

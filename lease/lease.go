@@ -65,6 +65,9 @@ type LeaseRequest struct {
 	// (Held is empty), so the manager takes it out of the ring and regrants
 	// its arcs at once instead of waiting for them to expire.
 	Leaving bool
+	// Load, if not nil, is the owner's load now (see LoadReport): soft
+	// state for the leader's balancing policy, never committed.
+	Load *LoadReport
 }
 
 // LeaseResponse goes from the manager to an owner.

@@ -312,10 +312,16 @@ type namespaceJSON struct {
 	RingSize      int    `json:"ring_size"`
 	Header        string `json:"header"`
 	LeaseDuration string `json:"lease_duration"`
+	// The balancing policy and its knobs (NamespaceConfig.Balance...).
+	Balance         string  `json:"balance,omitempty"`
+	BalanceInterval string  `json:"balance_interval,omitempty"`
+	BalanceMaxMoves int     `json:"balance_max_moves,omitempty"`
+	BalanceMinLoad  float64 `json:"balance_min_load,omitempty"`
 }
 
 func nsJSON(nc NamespaceConfig) namespaceJSON {
-	return namespaceJSON{Name: nc.Name, RingSize: nc.RingSize, Header: nc.Header, LeaseDuration: nc.LeaseDuration.String()}
+	return namespaceJSON{Name: nc.Name, RingSize: nc.RingSize, Header: nc.Header, LeaseDuration: nc.LeaseDuration.String(),
+		Balance: nc.Balance, BalanceInterval: nc.BalanceInterval.String(), BalanceMaxMoves: nc.BalanceMaxMoves, BalanceMinLoad: nc.BalanceMinLoad}
 }
 
 func (s *Server) getNamespaces(w http.ResponseWriter, _ *http.Request, l *leaderState) {
@@ -339,7 +345,8 @@ func (s *Server) postNamespace(w http.ResponseWriter, r *http.Request, l *leader
 		writeErr(w, err)
 		return
 	}
-	nc := NamespaceConfig{Name: in.Name, RingSize: in.RingSize, Header: in.Header}
+	nc := NamespaceConfig{Name: in.Name, RingSize: in.RingSize, Header: in.Header,
+		Balance: in.Balance, BalanceMaxMoves: in.BalanceMaxMoves, BalanceMinLoad: in.BalanceMinLoad}
 	if in.LeaseDuration != "" {
 		d, err := time.ParseDuration(in.LeaseDuration)
 		if err != nil || d <= 0 {
@@ -347,6 +354,18 @@ func (s *Server) postNamespace(w http.ResponseWriter, r *http.Request, l *leader
 			return
 		}
 		nc.LeaseDuration = d
+	}
+	if in.BalanceInterval != "" {
+		d, err := time.ParseDuration(in.BalanceInterval)
+		if err != nil || d <= 0 {
+			writeErr(w, fmt.Errorf("%w: balance_interval %.40q", ErrBadRequest, in.BalanceInterval))
+			return
+		}
+		nc.BalanceInterval = d
+	}
+	if in.BalanceMaxMoves < 0 || in.BalanceMinLoad < 0 {
+		writeErr(w, fmt.Errorf("%w: balance_max_moves and balance_min_load must not be negative", ErrBadRequest))
+		return
 	}
 	if err := nc.defaults(Config{LeaseDuration: s.cfg.LeaseDuration}); err != nil {
 		writeErr(w, err)
@@ -454,18 +473,46 @@ func (s *Server) getOwners(w http.ResponseWriter, r *http.Request, l *leaderStat
 		VNodes    int    `json:"vnodes"`
 		Draining  bool   `json:"draining"`
 		LastHeard string `json:"last_heard"`
+		// Load is the owner's latest load report (by default admitted
+		// requests per second); LoadReported when the leader received it,
+		// "" if never. RingShare is the fraction of the circle its arcs
+		// cover in the desired ring.
+		Load         float64 `json:"load"`
+		LoadReported string  `json:"load_reported"`
+		RingShare    float64 `json:"ring_share"`
+	}
+	type balanceJSON struct {
+		Policy       string `json:"policy"`
+		Rounds       uint64 `json:"rounds"`
+		MovingRounds uint64 `json:"moving_rounds"`
+		VNodesMoved  uint64 `json:"vnodes_moved"`
+		RangesMoved  uint64 `json:"ranges_moved"`
 	}
 	out := struct {
 		Namespace string      `json:"namespace"`
 		Owners    []ownerJSON `json:"owners"`
+		Balance   balanceJSON `json:"balance"`
 	}{Namespace: ns, Owners: []ownerJSON{}}
 	err := l.do(func() error {
 		os, err := l.core.Owners(ns)
-		for _, o := range os {
-			out.Owners = append(out.Owners, ownerJSON{Name: o.Name, Addr: o.Addr, VNodes: o.VNodes, Draining: o.Draining,
-				LastHeard: o.LastHeard.UTC().Format(time.RFC3339Nano)})
+		if err != nil {
+			return err
 		}
-		return err
+		loads, _ := l.core.Loads(ns)
+		shares, _ := l.core.RingShares(ns)
+		for _, o := range os {
+			oj := ownerJSON{Name: o.Name, Addr: o.Addr, VNodes: o.VNodes, Draining: o.Draining,
+				LastHeard: o.LastHeard.UTC().Format(time.RFC3339Nano), RingShare: shares[o.Name]}
+			if ld := loads[o.Name]; !ld.ReportedAt.IsZero() {
+				oj.Load, oj.LoadReported = ld.Rate, ld.ReportedAt.UTC().Format(time.RFC3339Nano)
+			}
+			out.Owners = append(out.Owners, oj)
+		}
+		n, _ := l.core.namespace(ns)
+		bs := n.bal.stats
+		out.Balance = balanceJSON{Policy: n.cfg.Balance, Rounds: bs.Rounds, MovingRounds: bs.MovingRounds,
+			VNodesMoved: bs.VNodesMoved, RangesMoved: bs.RangesMoved}
+		return nil
 	})
 	if err != nil {
 		writeErr(w, err)

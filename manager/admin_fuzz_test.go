@@ -142,7 +142,12 @@ func FuzzAdminAPI(f *testing.F) {
 			if err != nil {
 				t.Fatalf("created %+v: lease duration: %v", got, err)
 			}
-			nc := NamespaceConfig{Name: got.Name, RingSize: got.RingSize, Header: got.Header, LeaseDuration: d}
+			bi, err := time.ParseDuration(got.BalanceInterval)
+			if err != nil {
+				t.Fatalf("created %+v: balance interval: %v", got, err)
+			}
+			nc := NamespaceConfig{Name: got.Name, RingSize: got.RingSize, Header: got.Header, LeaseDuration: d,
+				Balance: got.Balance, BalanceInterval: bi, BalanceMaxMoves: got.BalanceMaxMoves, BalanceMinLoad: got.BalanceMinLoad}
 			norm := nc
 			if err := norm.defaults(Config{LeaseDuration: t0}); err != nil || norm != nc {
 				t.Fatalf("created %+v, which validates as %+v, %v", nc, norm, err)

@@ -65,6 +65,11 @@ type Config struct {
 	// until they expire. Only for the simulator's negative controls: it
 	// breaks the single-copy guarantee when the predecessor still runs.
 	UnsafeReplace bool
+	// UnsafeBalanceNoRecall makes a balancing move hand the arcs it moves
+	// to their new owner at once, without recalling them from the old one
+	// first. Only for the simulator's negative control: it breaks the
+	// single-copy guarantee.
+	UnsafeBalanceNoRecall bool
 	// UnsafeNoBounds accepts requests listing more ranges than the ring has
 	// arcs. Only for the hostile-client tests' negative controls.
 	UnsafeNoBounds bool
@@ -112,6 +117,22 @@ type NamespaceConfig struct {
 	Header string
 	// LeaseDuration is the owner lease T; 0 means Config.LeaseDuration.
 	LeaseDuration time.Duration
+	// Balance names the balancing policy the leader runs on the owners'
+	// load reports: BalanceOff, BalanceSeeds or BalanceFit; "" means
+	// DefaultBalance.
+	Balance string `json:",omitempty"`
+	// BalanceInterval is the least time between policy rounds (0 means
+	// DefaultBalanceInterval, 15 s, or T/4 if longer); from T/4 to 1 h
+	// (or T if longer).
+	BalanceInterval time.Duration `json:",omitempty"`
+	// BalanceMaxMoves bounds the virtual nodes one round moves (0 means
+	// DefaultBalanceMaxMoves, 64, or RingSize if smaller); from 1 to
+	// RingSize.
+	BalanceMaxMoves int `json:",omitempty"`
+	// BalanceMinLoad is the mean load below which a round moves nothing
+	// (0 means DefaultBalanceMinLoad, 10); finite, 0 to lease.MaxLoad; a
+	// negative value means 0.
+	BalanceMinLoad float64 `json:",omitempty"`
 }
 
 // HoldDuration is how long the manager keeps a lease unavailable to others
@@ -140,11 +161,46 @@ func (nc *NamespaceConfig) defaults(c Config) error {
 	if nc.LeaseDuration < 0 {
 		return fmt.Errorf("%w: namespace %q: negative lease duration", ErrBadRequest, nc.Name)
 	}
+	if err := nc.balanceDefaults(); err != nil {
+		return err
+	}
 	if err := lease.ValidHeaderName("header", nc.Header); err != nil {
 		return fmt.Errorf("%w: namespace %q: %w", ErrBadRequest, nc.Name, err)
 	}
 	if err := lease.ValidLeaseDuration("lease duration", nc.LeaseDuration); err != nil {
 		return fmt.Errorf("%w: namespace %q: %w", ErrBadRequest, nc.Name, err)
+	}
+	return nil
+}
+
+// balanceDefaults fills in and checks the balancing fields.
+func (nc *NamespaceConfig) balanceDefaults() error {
+	if nc.Balance == "" {
+		nc.Balance = DefaultBalance
+	}
+	if !ValidBalance(nc.Balance) {
+		return fmt.Errorf("%w: namespace %q: balance %.40q is not %s, %s or %s", ErrBadRequest, nc.Name, nc.Balance, BalanceOff, BalanceSeeds, BalanceFit)
+	}
+	if nc.BalanceInterval == 0 {
+		nc.BalanceInterval = max(DefaultBalanceInterval, nc.LeaseDuration/4)
+	}
+	if hi := max(time.Hour, nc.LeaseDuration); nc.BalanceInterval < nc.LeaseDuration/4 || nc.BalanceInterval > hi {
+		return fmt.Errorf("%w: namespace %q: balance interval %v must be from T/4 (%v) to %v", ErrBadRequest, nc.Name, nc.BalanceInterval, nc.LeaseDuration/4, hi)
+	}
+	if nc.BalanceMaxMoves == 0 {
+		nc.BalanceMaxMoves = min(DefaultBalanceMaxMoves, nc.RingSize)
+	}
+	if nc.BalanceMaxMoves < 1 || nc.BalanceMaxMoves > nc.RingSize {
+		return fmt.Errorf("%w: namespace %q: balance max moves %d must be from 1 to the ring size %d", ErrBadRequest, nc.Name, nc.BalanceMaxMoves, nc.RingSize)
+	}
+	switch {
+	case nc.BalanceMinLoad == 0:
+		nc.BalanceMinLoad = DefaultBalanceMinLoad
+	case nc.BalanceMinLoad < 0:
+		nc.BalanceMinLoad = 0
+	}
+	if err := (lease.LoadReport{Rate: nc.BalanceMinLoad}).Validate(); err != nil {
+		return fmt.Errorf("%w: namespace %q: balance min load: %w", ErrBadRequest, nc.Name, err)
 	}
 	return nil
 }

@@ -137,6 +137,11 @@ func (m *Manager) Request(req lease.LeaseRequest, now time.Time) (Output, error)
 	if err := checkLeases(req.Held); err != nil {
 		return Output{}, err
 	}
+	if req.Load != nil {
+		if err := req.Load.Validate(); err != nil {
+			return Output{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+	}
 	return n.request(req, now)
 }
 

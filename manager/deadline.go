@@ -14,6 +14,7 @@ const (
 	grantedExpiry                     // s's Granted arcs expire (session.until)
 	arcExpiry                         // Recalling arcs and orphans in r whose expiry is at
 	resend                            // s's race re-send is due (session.resendAt)
+	balanceRound                      // the balancing policy's next round (balancer)
 )
 
 // deadline is one timer of a namespace.

@@ -35,6 +35,11 @@ type OwnerRecord struct {
 	// Retired lists the nonces of ended incarnations of the name, newest
 	// last (at most 16), whose requests are refused.
 	Retired []uint64 `json:",omitempty"`
+	// VNodes is the owner's count V_h in the desired ring (0 while it is
+	// draining). The counts of the owners that are not draining sum to the
+	// ring size; when they do not (state written before balancing), the
+	// ring is ring.Apportion's even split (see vnodeCounts).
+	VNodes int `json:",omitempty"`
 }
 
 // LoggedChange is one retained change-log entry.
@@ -147,7 +152,7 @@ func (n *namespace) ownerRecords() []OwnerRecord {
 	for _, name := range sortedKeys(n.sessions) {
 		s := n.sessions[name]
 		out = append(out, OwnerRecord{Name: name, Addr: s.addr, Nonce: s.nonce, Draining: s.draining,
-			Waiting: s.waiting, Retired: slices.Clone(n.retired[name])})
+			Waiting: s.waiting, Retired: slices.Clone(n.retired[name]), VNodes: n.vnodes[name]})
 	}
 	return out
 }
@@ -189,6 +194,9 @@ func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, erro
 			}
 			n.deadlines.push(deadline{at: until, kind: sessionExpiry, s: s})
 			n.queueUntil(s)
+			if !o.Draining {
+				n.vnodes[o.Name] = o.VNodes
+			}
 		}
 		arcs := make([]ring.Assignment[arc], 0, len(st.Entries))
 		orphans := false

@@ -158,24 +158,26 @@ func (f *fsm) ringNotes(c command, res any) []ringNote {
 }
 
 // RingView is the namespace's desired ring as Envoy and gRPC clients route
-// by it: ring.Apportion of RingSize among the owners that are not
-// draining, which depends on the set of names only, so every node derives
-// the same view from the same state, and it is the ring the leader's lease
-// core moves the table toward.
+// by it: the owners that are not draining with their committed counts
+// V_h (OwnerRecord.VNodes; ring.Apportion's even split for state without
+// them), so every node derives the same view from the same state, and it
+// is the ring the leader's lease core moves the table toward.
 func (s NamespaceState) RingView() (lease.RingView, error) {
 	v := lease.RingView{RingSize: s.Config.RingSize, Header: s.Config.Header}
 	var names []string
 	addr := map[string]string{}
+	vn := map[string]int{}
 	for _, o := range s.Owners {
 		if !o.Draining {
 			names = append(names, o.Name)
 			addr[o.Name] = o.Addr
+			vn[o.Name] = o.VNodes
 		}
 	}
-	owners, err := ring.Apportion(names, s.Config.RingSize)
-	if err != nil {
-		return lease.RingView{}, fmt.Errorf("manager: namespace %q: %w", s.Config.Name, err)
+	if !ring.ValidRingSize(s.Config.RingSize) {
+		return lease.RingView{}, fmt.Errorf("manager: namespace %q: %w: %d", s.Config.Name, ring.ErrRingSize, s.Config.RingSize)
 	}
+	owners := vnodeCounts(names, vn, s.Config.RingSize)
 	for _, o := range owners { // sorted by name
 		v.Owners = append(v.Owners, lease.RingOwner{Name: o.Name, Addr: addr[o.Name], VNodes: o.VNodes})
 	}

@@ -100,6 +100,8 @@ type session struct {
 	renew, grant []lease.Lease
 	out, in      []lease.Migration // migration orders (migrate.go)
 	msgVersion   uint64
+	// load is its latest load report (balance.go); nil until one.
+	load *ownerLoad
 }
 
 // namespace is one pool: its owners, lease table and change log.
@@ -135,6 +137,10 @@ type namespace struct {
 	// (note), handed out in Output.Events.
 	events   []CoreEvent
 	eventIdx map[coreEventKey]int
+	// vnodes are the desired ring's counts V_h (Σ = RingSize), committed
+	// in the owner records; bal is the balancing policy's state (balance.go).
+	vnodes map[string]int
+	bal    balancer
 }
 
 const maxRetired = 16
@@ -149,7 +155,9 @@ func newNamespace(m *Manager, nc NamespaceConfig, now time.Time) *namespace {
 		addrs:    map[string]string{},
 		nextGen:  1,
 		dirty:    map[string]bool{},
+		vnodes:   map[string]int{},
 	}
+	n.bal.policy = newPolicy(nc.Balance)
 	n.desired, _ = ring.New(nil)
 	n.table = ring.NewTable(arc{gen: 1})
 	n.view = ring.NewTable(viewVal{Gen: 1})
@@ -313,6 +321,9 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 	st.Accepted++
 	st.Refused += uint64(len(req.Refused))
 	n.migrationRequest(s, req)
+	if req.Load != nil {
+		n.noteLoad(s, req.Load, now)
+	}
 	if req.Leaving {
 		n.leave(s)
 	}

@@ -16,6 +16,7 @@ import (
 func (n *namespace) step(now time.Time) Output {
 	// Arcs freed by applyHeld before this call share this step's generation.
 	defer func() {
+		n.bal.unsafeStep = false
 		n.stepGen, n.stepGrantGen, n.changed, n.split = 0, 0, false, false
 		n.touched = n.touched[:0]
 	}()
@@ -102,6 +103,8 @@ func (n *namespace) expire(now int64) {
 				n.dirty[s.name] = true
 				n.m.stats.RaceResends++
 			}
+		case balanceRound:
+			n.balanceRound(time.Unix(0, now))
 		}
 	}
 }
@@ -228,9 +231,10 @@ func (n *namespace) desiredRing() *ring.Ring {
 			names = append(names, name)
 		}
 	}
-	owners, err := ring.Apportion(names, n.cfg.RingSize)
-	if err != nil {
-		panic("manager: apportion: " + err.Error()) // names are unique and R was validated
+	owners := vnodeCounts(names, n.vnodes, n.cfg.RingSize)
+	clear(n.vnodes)
+	for _, o := range owners {
+		n.vnodes[o.Name] = o.VNodes
 	}
 	r, err := ring.New(owners)
 	if err != nil {
@@ -244,8 +248,14 @@ func (n *namespace) desiredRing() *ring.Ring {
 func (n *namespace) updateDesired() {
 	old := n.desired
 	n.desired = n.desiredRing()
+	capture := n.bal.capture
+	n.bal.capture = false
 	for _, mv := range ring.Diff(old, n.desired) {
 		n.touched = append(n.touched, mv.Range)
+		if capture {
+			n.bal.pending = append(n.bal.pending, mv.Range)
+			n.bal.stats.RangesMoved++
+		}
 	}
 }
 
@@ -321,6 +331,13 @@ func (n *namespace) reconcileArc(i int, d *ring.Ring) {
 	switch {
 	case a.orphan:
 		return // only expiry ends it
+	case a.st == Granted && a.holder != want && want != "" && n.bal.unsafeStep:
+		// Negative control (Config.UnsafeBalanceNoRecall): the move hands
+		// the arc over without recalling it.
+		n.dirty[a.holder] = true
+		a = arc{holder: want, gen: n.grantGen(), st: Granted}
+		n.dirty[want] = true
+		n.m.stats.Grants++
 	case a.st == Granted && a.holder != want:
 		a.st = Recalling
 		a.confirmed = true // from now on it may only be renewed

@@ -307,6 +307,9 @@ func (g *Guard) admit(keyHash uint64, reqGen lease.Gen) (Handle, verdict) {
 	if reqGen > h.Gen {
 		return h, tooNew
 	}
+	if g.o != nil {
+		g.o.CountRequest(keyHash)
+	}
 	return h, admitted
 }
 

@@ -31,6 +31,7 @@ type Owner struct {
 	isMono bool
 	log    *slog.Logger
 
+	load        loadMeter // load.go
 	view        atomic.Pointer[View]
 	incarnation atomic.Uint64
 	abandon     atomic.Bool // Abandon: end without a clean leave
@@ -78,6 +79,7 @@ func NewOwner(cfg OwnerConfig) (*Owner, error) {
 		updated: make(chan struct{}),
 	}
 	o.mono, o.isMono = cfg.Clock.(clientshell.MonoClock)
+	o.load.disabled = cfg.LoadWindow < 0
 	o.view.Store(emptyView())
 	return o, nil
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fuge-project/fuge/internal/clientshell"
+	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/ring"
 )
 
@@ -110,6 +111,16 @@ type OwnerConfig struct {
 	// clean handoffs (a drain, Close, a rebalancing move) instead of
 	// letting it be lost and republished: see Migrator. Nil means off.
 	Migration *MigrationConfig
+	// LoadWindow is the time constant of the moving average of the
+	// admitted request rate that the Owner reports as its load on every
+	// lease request (see CountRequest, DefaultLoadWindow: 5 s). Negative
+	// means report no load.
+	LoadWindow time.Duration
+	// LoadFunc, if set, is called on every lease request (every T/4, from
+	// the session goroutine; it must be quick) for the load to report
+	// instead: the application's own figure. A figure that
+	// lease.LoadReport.Validate refuses is not sent.
+	LoadFunc func() lease.LoadReport
 
 	// Logger receives connection events. Nil means discard.
 	Logger *slog.Logger
@@ -154,6 +165,9 @@ func (c OwnerConfig) withDefaults() OwnerConfig {
 	if c.Migration != nil {
 		m := c.Migration.withDefaults(t)
 		c.Migration = &m
+	}
+	if c.LoadWindow == 0 {
+		c.LoadWindow = DefaultLoadWindow
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

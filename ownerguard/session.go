@@ -148,6 +148,9 @@ func (s *session) apply(out Output, now time.Time) {
 
 // request converts a core's request to the wire.
 func (s *session) request(r lease.LeaseRequest) *fugev1.LeaseRequest {
+	if !r.Leaving {
+		r.Load = s.o.loadReport(s.now())
+	}
 	req := wire.Request(r)
 	req.LeaseDurationMs = s.cfg.LeaseDuration.Milliseconds() // the manager checks it matches
 	return req

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs bench/proxybench (make bench): fuge-proxy beside HAProxy, nginx and
 # round-robin balancers on this machine, written to
-# bench/results/<date>/report.md with PNG plots. QUICK=1 runs one pair of
+# bench/results/<date>/report.md with PNG plots, then bench/balance (make
+# bench-balance), whose section it appends to that report. QUICK=1 runs one pair of
 # each with short runs and no managerscale (under 3 minutes), into
 # bench/results/<date>/quick/. Installs haproxy, nginx-light and wrk from
 # Debian when missing (taskset comes with util-linux). Extra arguments go to
@@ -29,7 +30,15 @@ esac
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 go run ./bench/proxybench "${args[@]}" "$@" | tee "$log"
-report=$(sed -n 's/^report: \(.*\) took .*/\1/p' "$log")
+report=$(sed -n 's/^report: \(.*\) took .*/\1/p' "$log" | tail -1)
+
+# The load-balancing section (bench/balance, as make bench-balance runs it,
+# shorter with QUICK), appended to the same report.
+balance=()
+if ((${#args[@]})); then
+	balance+=(-duration 80s -converge 30s -interval 8s)
+fi
+go run ./bench/balance "${balance[@]}" -out "$(dirname "$report")/balance" -section "$report"
 
 # Fleet-wide rate limits (issue 16): the admission check's Go benchmarks
 # and bench/ratelimit's run on real processes, as a section of the report.

@@ -41,6 +41,7 @@ func main() {
 		fmt.Printf("FAIL seed=%d violations=%d first: %s\n  replay: make sim SEED=%d\n", r.Seed, len(r.Violations), r.Violations[0], r.Seed)
 	}
 	fmt.Printf("elapsed %v on %d workers\n", time.Since(start).Round(time.Millisecond), *jobs)
+	fmt.Printf("balancing: %d virtual nodes moved in %d moving rounds, in %d of the seeds\n", sum.vnodesMoved, sum.movingRounds, sum.balanced)
 	fmt.Printf("seeds=%d events=%d violations=%d\n", *seeds, sum.events, sum.violations)
 	if sum.violations > 0 {
 		os.Exit(1)
@@ -48,8 +49,10 @@ func main() {
 }
 
 type summary struct {
-	events, violations uint64
-	failed             []Result
+	events, violations        uint64
+	vnodesMoved, movingRounds uint64
+	balanced                  int // seeds in which the policy moved a virtual node
+	failed                    []Result
 }
 
 // runSeeds runs seeds [first, first+n) on jobs workers; results are gathered
@@ -75,6 +78,11 @@ func runSeeds(first uint64, n, jobs int, log io.Writer) summary {
 	var s summary
 	for _, r := range results {
 		s.events += r.Events
+		s.vnodesMoved += r.VNodesMoved
+		s.movingRounds += r.MovingRounds
+		if r.VNodesMoved > 0 {
+			s.balanced++
+		}
 		s.violations += uint64(len(r.Violations))
 		if len(r.Violations) > 0 {
 			s.failed = append(s.failed, r)

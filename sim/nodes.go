@@ -43,6 +43,7 @@ type managerNode struct {
 // failover replaces the leader: a new lease core restored from the
 // replicated state under a new nonce, as a new raft leader would.
 func (m *managerNode) failover() {
+	m.w.addBalanceStats()
 	m.cfg.Nonce = m.w.s.rnd.Uint64() | 1
 	core, err := manager.Restore(m.cfg, []manager.NamespaceState{m.state}, m.now())
 	if err != nil {
@@ -287,8 +288,17 @@ func (o *ownerNode) handle(out ownerguard.Output) {
 	o.migrate(out)
 	if out.Send != nil {
 		req := *out.Send
+		if o.w.faults && !req.Leaving && o.core != nil {
+			// The owner reports the load of what it holds, as ownerguard's
+			// Owner does on every request; only during the fault phase, so
+			// that balancing stops once faults do.
+			req.Load = o.w.load.report(o.core.View().Held(o.now()))
+		}
 		m := o.w.mgr
 		o.w.net.send(o.name, func() { m.onRequest(req) })
+	}
+	if o.core == nil {
+		return
 	}
 	if d := o.core.NextDeadline(); !d.IsZero() {
 		o.timer.arm(o.w.s, o.clk.trueAt(d), o.tick)

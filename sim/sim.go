@@ -45,6 +45,13 @@ type Params struct {
 	// an owner serves a range granted as an import at once, before its
 	// state arrived.
 	UnsafeServeImports bool
+	// Balance is the namespace's balancing policy; owners report the load
+	// model's load of what they hold on every request during the fault
+	// phase, which swings from time to time.
+	Balance string
+	// UnsafeBalanceNoRecall plants a bug in the manager (negative
+	// control): a balancing move hands arcs over without recalling them.
+	UnsafeBalanceNoRecall bool
 	// Scripted, when set, replaces the random fault schedule.
 	Scripted func(w *world)
 }
@@ -68,6 +75,7 @@ func paramsFor(seed uint64) Params {
 		FaultEvery:   time.Duration(2+r.IntN(10)) * time.Second,
 	}
 	p.MaxOwners = p.Owners + 3
+	p.Balance = []string{manager.BalanceSeeds, manager.BalanceFit}[r.IntN(2)]
 	p.Link.drop = []float64{0, 0.01, 0.05, 0.2}[r.IntN(4)]
 	p.Link.dup = []float64{0, 0.01, 0.1}[r.IntN(3)]
 	p.Migration = r.IntN(2) == 0
@@ -97,8 +105,11 @@ type world struct {
 	order   []*ownerNode // in creation order, for deterministic iteration
 	lookups []*lookupNode
 	check   *checker
-	log     io.Writer
-	faults  bool // the fault phase is on
+	load    *loadModel
+	// vnodesMoved and movingRounds: balancing of earlier leaders.
+	vnodesMoved, movingRounds uint64
+	log                       io.Writer
+	faults                    bool // the fault phase is on
 }
 
 func newWorld(p Params, log io.Writer) *world {
@@ -106,6 +117,7 @@ func newWorld(p Params, log io.Writer) *world {
 	w := &world{p: p, s: s, owners: map[string]*ownerNode{}, log: log}
 	w.net = &network{s: s, faults: p.Link, partitioned: map[string]bool{}}
 	w.check = newChecker(w)
+	w.load = newLoadModel(p.Seed)
 	mcfg := manager.DefaultConfig()
 	mcfg.Nonce = s.rnd.Uint64() | 1
 	mcfg.LeaseDuration = p.T
@@ -113,14 +125,16 @@ func newWorld(p Params, log io.Writer) *world {
 	mcfg.Rand = rand.New(rand.NewPCG(s.rnd.Uint64(), 1))
 	mcfg.DisableRaceFilter = p.DisableRaceFilter
 	mcfg.UnsafeReplace = p.UnsafeReplace
+	mcfg.UnsafeBalanceNoRecall = p.UnsafeBalanceNoRecall
 	core, err := manager.New(mcfg)
 	if err != nil {
 		panic(err)
 	}
-	if err := core.CreateNamespace(manager.NamespaceConfig{Name: namespace, RingSize: p.RingSize}, epoch); err != nil {
+	nc := manager.NamespaceConfig{Name: namespace, RingSize: p.RingSize, Balance: p.Balance, BalanceInterval: p.T / 4, BalanceMinLoad: 1}
+	if err := core.CreateNamespace(nc, epoch); err != nil {
 		panic(err)
 	}
-	state, err := manager.NewNamespaceState(manager.NamespaceConfig{Name: namespace, RingSize: p.RingSize}, mcfg)
+	state, err := manager.NewNamespaceState(nc, mcfg)
 	if err != nil {
 		panic(err)
 	}
@@ -162,6 +176,17 @@ type Result struct {
 	Seed       uint64
 	Events     uint64
 	Violations []string
+	// VNodesMoved and MovingRounds count the balancing policy's moves,
+	// over every leader of the run.
+	VNodesMoved, MovingRounds uint64
+}
+
+// addBalanceStats adds the current leader's balancing counters to the
+// run's (a failover starts the counters afresh).
+func (w *world) addBalanceStats() {
+	bs, _ := w.mgr.core.BalanceStats(namespace)
+	w.vnodesMoved += bs.VNodesMoved
+	w.movingRounds += bs.MovingRounds
 }
 
 // run executes the whole schedule: faults, then quiet until the liveness
@@ -182,6 +207,7 @@ func runWorld(w *world) Result {
 		p.Scripted(w)
 	} else {
 		w.scheduleFaults()
+		w.scheduleSwings()
 	}
 	each := func() {
 		w.check.everyEvent()
@@ -196,7 +222,8 @@ func runWorld(w *world) Result {
 	if log != nil {
 		w.summary()
 	}
-	return Result{Seed: p.Seed, Events: w.s.count, Violations: w.check.found}
+	w.addBalanceStats()
+	return Result{Seed: p.Seed, Events: w.s.count, Violations: w.check.found, VNodesMoved: w.vnodesMoved, MovingRounds: w.movingRounds}
 }
 
 // summary prints what the protocol did in a verbose run.
@@ -204,6 +231,9 @@ func (w *world) summary() {
 	st := w.mgr.core.Stats()
 	w.logf("manager: %d requests, %d grants, %d recalls, %d releases, %d expiries, %d clean leaves, %d sessions expired, %d racing requests dropped, %d stale dropped",
 		st.Requests, st.Grants, st.Recalls, st.Releases, st.Expiries, st.Leaves, st.SessionExpiries, st.DroppedRacing, st.DroppedStale)
+	bs, _ := w.mgr.core.BalanceStats(namespace)
+	w.logf("balance (%s, since the last failover): %d rounds, %d moving, %d vnodes and %d ranges moved, %d load swings",
+		w.p.Balance, bs.Rounds, bs.MovingRounds, bs.VNodesMoved, bs.RangesMoved, w.load.swing)
 	for _, l := range w.lookups {
 		ls := l.core.Stats()
 		w.logf("%s: %d responses applied (%d snapshots), %d loss notifications, %d loss-on-everything, %d gaps re-fetched",

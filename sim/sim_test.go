@@ -17,6 +17,12 @@ func TestSimulatorShortRun(t *testing.T) {
 	if sum.events < shortSeeds*1000 {
 		t.Errorf("only %d events: the schedule is not exercising the protocol", sum.events)
 	}
+	// The balancing policy moves virtual nodes under the faults in most
+	// seeds, or the run proves nothing about balancing.
+	t.Logf("balancing: %d virtual nodes moved in %d moving rounds, in %d of %d seeds", sum.vnodesMoved, sum.movingRounds, sum.balanced, shortSeeds)
+	if sum.balanced < shortSeeds/2 {
+		t.Errorf("the policy moved virtual nodes in only %d of %d seeds", sum.balanced, shortSeeds)
+	}
 }
 
 func TestSeedReplaysExactly(t *testing.T) {
@@ -77,6 +83,15 @@ func TestNegativeControlTruncatedLossNotification(t *testing.T) {
 func TestNegativeControlLeaveKeepsBelief(t *testing.T) {
 	negativeControl(t, 200, "I1:", func(p *Params) {
 		p.LeaveKeepsBelief = true
+	})
+}
+
+// A balancing move that hands arcs to their new owner without recalling
+// them from the old one: the old owner believes them until the manager's
+// next message reaches it, while the new one already serves them.
+func TestNegativeControlBalanceNoRecall(t *testing.T) {
+	negativeControl(t, 200, "I1:", func(p *Params) {
+		p.UnsafeBalanceNoRecall = true
 	})
 }
 

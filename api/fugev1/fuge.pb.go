@@ -224,7 +224,10 @@ type LeaseRequest struct {
 	MigrationAddr string `protobuf:"bytes,11,opt,name=migration_addr,json=migrationAddr,proto3" json:"migration_addr,omitempty"`
 	// The owner asks to leave the ring with its state: the manager recalls
 	// every range it holds as a migration to the range's new owner.
-	Handover      bool `protobuf:"varint,12,opt,name=handover,proto3" json:"handover,omitempty"`
+	Handover bool `protobuf:"varint,12,opt,name=handover,proto3" json:"handover,omitempty"`
+	// The owner's load now, for the leader's balancing policy (soft state,
+	// never committed). Absent: no report. See LoadReport.
+	Load          *LoadReport `protobuf:"bytes,10,opt,name=load,proto3" json:"load,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -336,6 +339,69 @@ func (x *LeaseRequest) GetHandover() bool {
 	return false
 }
 
+func (x *LeaseRequest) GetLoad() *LoadReport {
+	if x != nil {
+		return x.Load
+	}
+	return nil
+}
+
+// LoadReport is an owner's load: by default the request rate its guards
+// admitted per second, smoothed; or a figure of the application's own. Every
+// figure is finite, 0 to 1e12. groups is empty or has exactly 64 figures:
+// the load in each 1/64 of the circle (the top six bits of a key's hash).
+type LoadReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rate          float64                `protobuf:"fixed64,1,opt,name=rate,proto3" json:"rate,omitempty"`
+	Groups        []float64              `protobuf:"fixed64,2,rep,packed,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadReport) Reset() {
+	*x = LoadReport{}
+	mi := &file_fuge_v1_fuge_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadReport) ProtoMessage() {}
+
+func (x *LoadReport) ProtoReflect() protoreflect.Message {
+	mi := &file_fuge_v1_fuge_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
+func (*LoadReport) Descriptor() ([]byte, []int) {
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *LoadReport) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *LoadReport) GetGroups() []float64 {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
 // LeaseResponse goes from the manager to an owner.
 type LeaseResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -361,7 +427,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[4]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -373,7 +439,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[4]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -386,7 +452,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{4}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LeaseResponse) GetNamespace() string {
@@ -458,7 +524,7 @@ type MigrationOrder struct {
 
 func (x *MigrationOrder) Reset() {
 	*x = MigrationOrder{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[5]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -470,7 +536,7 @@ func (x *MigrationOrder) String() string {
 func (*MigrationOrder) ProtoMessage() {}
 
 func (x *MigrationOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[5]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -483,7 +549,7 @@ func (x *MigrationOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationOrder.ProtoReflect.Descriptor instead.
 func (*MigrationOrder) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{5}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MigrationOrder) GetRange() *Range {
@@ -534,7 +600,7 @@ type Arc struct {
 
 func (x *Arc) Reset() {
 	*x = Arc{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -546,7 +612,7 @@ func (x *Arc) String() string {
 func (*Arc) ProtoMessage() {}
 
 func (x *Arc) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -559,7 +625,7 @@ func (x *Arc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Arc.ProtoReflect.Descriptor instead.
 func (*Arc) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{6}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Arc) GetNamespace() string {
@@ -624,7 +690,7 @@ type ArcBlock struct {
 
 func (x *ArcBlock) Reset() {
 	*x = ArcBlock{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +702,7 @@ func (x *ArcBlock) String() string {
 func (*ArcBlock) ProtoMessage() {}
 
 func (x *ArcBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +715,7 @@ func (x *ArcBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArcBlock.ProtoReflect.Descriptor instead.
 func (*ArcBlock) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{7}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ArcBlock) GetNamespace() string {
@@ -685,7 +751,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[8]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +763,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[8]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +776,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{8}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Heartbeat) GetNamespace() string {
@@ -740,7 +806,7 @@ type MigrationFetch struct {
 
 func (x *MigrationFetch) Reset() {
 	*x = MigrationFetch{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[9]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +818,7 @@ func (x *MigrationFetch) String() string {
 func (*MigrationFetch) ProtoMessage() {}
 
 func (x *MigrationFetch) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[9]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +831,7 @@ func (x *MigrationFetch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationFetch.ProtoReflect.Descriptor instead.
 func (*MigrationFetch) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{9}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MigrationFetch) GetNamespace() string {
@@ -811,7 +877,7 @@ type MigrationChunk struct {
 
 func (x *MigrationChunk) Reset() {
 	*x = MigrationChunk{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[10]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +889,7 @@ func (x *MigrationChunk) String() string {
 func (*MigrationChunk) ProtoMessage() {}
 
 func (x *MigrationChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[10]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +902,7 @@ func (x *MigrationChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationChunk.ProtoReflect.Descriptor instead.
 func (*MigrationChunk) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{10}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MigrationChunk) GetData() []byte {
@@ -869,7 +935,7 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
 	"peer_nonce\x18\x03 \x01(\x06R\tpeerNonce\x12\x17\n" +
-	"\aack_seq\x18\x04 \x01(\x04R\x06ackSeq\"\x82\x03\n" +
+	"\aack_seq\x18\x04 \x01(\x04R\x06ackSeq\"\xab\x03\n" +
 	"\fLeaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x12\n" +
@@ -881,7 +947,13 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\x11lease_duration_ms\x18\b \x01(\x03R\x0fleaseDurationMs\x12\x18\n" +
 	"\aleaving\x18\t \x01(\bR\aleaving\x12%\n" +
 	"\x0emigration_addr\x18\v \x01(\tR\rmigrationAddr\x12\x1a\n" +
-	"\bhandover\x18\f \x01(\bR\bhandover\"\xd1\x02\n" +
+	"\bhandover\x18\f \x01(\bR\bhandover\x12'\n" +
+	"\x04load\x18\n" +
+	" \x01(\v2\x13.fuge.v1.LoadReportR\x04load\"8\n" +
+	"\n" +
+	"LoadReport\x12\x12\n" +
+	"\x04rate\x18\x01 \x01(\x01R\x04rate\x12\x16\n" +
+	"\x06groups\x18\x02 \x03(\x01R\x06groups\"\xd1\x02\n" +
 	"\rLeaseResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12'\n" +
@@ -937,19 +1009,20 @@ func file_fuge_v1_fuge_proto_rawDescGZIP() []byte {
 	return file_fuge_v1_fuge_proto_rawDescData
 }
 
-var file_fuge_v1_fuge_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_fuge_v1_fuge_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_fuge_v1_fuge_proto_goTypes = []any{
 	(*Range)(nil),          // 0: fuge.v1.Range
 	(*Lease)(nil),          // 1: fuge.v1.Lease
 	(*Header)(nil),         // 2: fuge.v1.Header
 	(*LeaseRequest)(nil),   // 3: fuge.v1.LeaseRequest
-	(*LeaseResponse)(nil),  // 4: fuge.v1.LeaseResponse
-	(*MigrationOrder)(nil), // 5: fuge.v1.MigrationOrder
-	(*Arc)(nil),            // 6: fuge.v1.Arc
-	(*ArcBlock)(nil),       // 7: fuge.v1.ArcBlock
-	(*Heartbeat)(nil),      // 8: fuge.v1.Heartbeat
-	(*MigrationFetch)(nil), // 9: fuge.v1.MigrationFetch
-	(*MigrationChunk)(nil), // 10: fuge.v1.MigrationChunk
+	(*LoadReport)(nil),     // 4: fuge.v1.LoadReport
+	(*LeaseResponse)(nil),  // 5: fuge.v1.LeaseResponse
+	(*MigrationOrder)(nil), // 6: fuge.v1.MigrationOrder
+	(*Arc)(nil),            // 7: fuge.v1.Arc
+	(*ArcBlock)(nil),       // 8: fuge.v1.ArcBlock
+	(*Heartbeat)(nil),      // 9: fuge.v1.Heartbeat
+	(*MigrationFetch)(nil), // 10: fuge.v1.MigrationFetch
+	(*MigrationChunk)(nil), // 11: fuge.v1.MigrationChunk
 }
 var file_fuge_v1_fuge_proto_depIdxs = []int32{
 	0,  // 0: fuge.v1.Lease.range:type_name -> fuge.v1.Range
@@ -957,25 +1030,26 @@ var file_fuge_v1_fuge_proto_depIdxs = []int32{
 	1,  // 2: fuge.v1.LeaseRequest.held:type_name -> fuge.v1.Lease
 	0,  // 3: fuge.v1.LeaseRequest.migrated:type_name -> fuge.v1.Range
 	1,  // 4: fuge.v1.LeaseRequest.refused:type_name -> fuge.v1.Lease
-	2,  // 5: fuge.v1.LeaseResponse.header:type_name -> fuge.v1.Header
-	1,  // 6: fuge.v1.LeaseResponse.renew:type_name -> fuge.v1.Lease
-	1,  // 7: fuge.v1.LeaseResponse.grant:type_name -> fuge.v1.Lease
-	5,  // 8: fuge.v1.LeaseResponse.migrate_out:type_name -> fuge.v1.MigrationOrder
-	5,  // 9: fuge.v1.LeaseResponse.migrate_in:type_name -> fuge.v1.MigrationOrder
-	0,  // 10: fuge.v1.MigrationOrder.range:type_name -> fuge.v1.Range
-	0,  // 11: fuge.v1.Arc.range:type_name -> fuge.v1.Range
-	6,  // 12: fuge.v1.ArcBlock.arcs:type_name -> fuge.v1.Arc
-	0,  // 13: fuge.v1.MigrationFetch.range:type_name -> fuge.v1.Range
-	0,  // 14: fuge.v1.MigrationChunk.range:type_name -> fuge.v1.Range
-	3,  // 15: fuge.v1.OwnerService.Lease:input_type -> fuge.v1.LeaseRequest
-	9,  // 16: fuge.v1.MigrationService.Fetch:input_type -> fuge.v1.MigrationFetch
-	4,  // 17: fuge.v1.OwnerService.Lease:output_type -> fuge.v1.LeaseResponse
-	10, // 18: fuge.v1.MigrationService.Fetch:output_type -> fuge.v1.MigrationChunk
-	17, // [17:19] is the sub-list for method output_type
-	15, // [15:17] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	4,  // 5: fuge.v1.LeaseRequest.load:type_name -> fuge.v1.LoadReport
+	2,  // 6: fuge.v1.LeaseResponse.header:type_name -> fuge.v1.Header
+	1,  // 7: fuge.v1.LeaseResponse.renew:type_name -> fuge.v1.Lease
+	1,  // 8: fuge.v1.LeaseResponse.grant:type_name -> fuge.v1.Lease
+	6,  // 9: fuge.v1.LeaseResponse.migrate_out:type_name -> fuge.v1.MigrationOrder
+	6,  // 10: fuge.v1.LeaseResponse.migrate_in:type_name -> fuge.v1.MigrationOrder
+	0,  // 11: fuge.v1.MigrationOrder.range:type_name -> fuge.v1.Range
+	0,  // 12: fuge.v1.Arc.range:type_name -> fuge.v1.Range
+	7,  // 13: fuge.v1.ArcBlock.arcs:type_name -> fuge.v1.Arc
+	0,  // 14: fuge.v1.MigrationFetch.range:type_name -> fuge.v1.Range
+	0,  // 15: fuge.v1.MigrationChunk.range:type_name -> fuge.v1.Range
+	3,  // 16: fuge.v1.OwnerService.Lease:input_type -> fuge.v1.LeaseRequest
+	10, // 17: fuge.v1.MigrationService.Fetch:input_type -> fuge.v1.MigrationFetch
+	5,  // 18: fuge.v1.OwnerService.Lease:output_type -> fuge.v1.LeaseResponse
+	11, // 19: fuge.v1.MigrationService.Fetch:output_type -> fuge.v1.MigrationChunk
+	18, // [18:20] is the sub-list for method output_type
+	16, // [16:18] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_fuge_v1_fuge_proto_init() }
@@ -989,7 +1063,7 @@ func file_fuge_v1_fuge_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fuge_v1_fuge_proto_rawDesc), len(file_fuge_v1_fuge_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

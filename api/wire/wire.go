@@ -86,7 +86,23 @@ func Request(r lease.LeaseRequest) *fugev1.LeaseRequest {
 	for _, m := range r.Migrated {
 		out.Migrated = append(out.Migrated, Range(m))
 	}
+	if r.Load != nil {
+		out.Load = &fugev1.LoadReport{Rate: r.Load.Rate, Groups: r.Load.Groups}
+	}
 	return out
+}
+
+// LoadFrom converts a load report from the wire (nil: none), refusing
+// one that lease.LoadReport.Validate refuses, with the field named.
+func LoadFrom(l *fugev1.LoadReport) (*lease.LoadReport, error) {
+	if l == nil {
+		return nil, nil
+	}
+	out := &lease.LoadReport{Rate: l.Rate, Groups: l.Groups}
+	if err := out.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return out, nil
 }
 
 // RequestFrom converts a lease request from the wire. A leaving request
@@ -126,6 +142,9 @@ func RequestFrom(r *fugev1.LeaseRequest) (lease.LeaseRequest, error) {
 			return lease.LeaseRequest{}, err
 		}
 		out.Migrated = append(out.Migrated, rr)
+	}
+	if out.Load, err = LoadFrom(r.Load); err != nil {
+		return lease.LeaseRequest{}, err
 	}
 	return out, nil
 }

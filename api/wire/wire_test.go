@@ -2,6 +2,7 @@ package wire
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 
@@ -18,7 +19,9 @@ func TestRoundTrip(t *testing.T) {
 		Held:     []lease.Lease{{Range: ring.Range{Start: 1, End: 5}, Gen: 7}, {Range: ring.Range{Start: ^uint64(0) - 1, End: 0}, Gen: 8}},
 		Migrated: []ring.Range{{Start: 5, End: 9}},
 		Refused:  []lease.Lease{{Range: ring.Range{Start: 9, End: 10}, Gen: 2}},
+		Load:     &lease.LoadReport{Rate: 12.5, Groups: make([]float64, lease.LoadGroups)},
 	}
+	req.Load.Groups[3] = 12.5
 	b, err := proto.Marshal(Request(req))
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +70,9 @@ func TestMalformed(t *testing.T) {
 		"gen zero":      func(r *fugev1.LeaseRequest) { r.Held = []*fugev1.Lease{{Range: &fugev1.Range{}, Gen: 0}} },
 		"nil migrated":  func(r *fugev1.LeaseRequest) { r.Migrated = []*fugev1.Range{nil} },
 		"too many held": func(r *fugev1.LeaseRequest) { r.Held = make([]*fugev1.Lease, MaxLeases+1) },
+		"load NaN":      func(r *fugev1.LeaseRequest) { r.Load = &fugev1.LoadReport{Rate: math.NaN()} },
+		"load negative": func(r *fugev1.LeaseRequest) { r.Load = &fugev1.LoadReport{Rate: -1} },
+		"load groups":   func(r *fugev1.LeaseRequest) { r.Load = &fugev1.LoadReport{Groups: make([]float64, 65)} },
 		"leaving, holding": func(r *fugev1.LeaseRequest) {
 			r.Leaving = true
 			r.Held = []*fugev1.Lease{{Range: &fugev1.Range{Start: 1, End: 2}, Gen: 1}}

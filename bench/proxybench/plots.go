@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/fuge-project/fuge/bench/internal/plot"
+	"github.com/fuge-project/fuge/internal/plot"
 )
 
 // colorOf gives each target one color in every plot.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fuge-project/fuge/bench/internal/plot"
+	"github.com/fuge-project/fuge/internal/plot"
 )
 
 // over lists the tenants whose demand exceeds the limit by 10%: the ones

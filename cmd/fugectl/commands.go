@@ -176,9 +176,9 @@ func (c *cli) namespaces(ctx context.Context, _ []string) error {
 }
 
 func (c *cli) namespaceTable(nss ...admin.Namespace) error {
-	t := c.table("NAME", "RING SIZE", "HEADER", "LEASE")
+	t := c.table("NAME", "RING SIZE", "HEADER", "LEASE", "BALANCE")
 	for _, ns := range nss {
-		t.row(ns.Name, strconv.Itoa(ns.RingSize), ns.Header, ns.LeaseDuration)
+		t.row(ns.Name, strconv.Itoa(ns.RingSize), ns.Header, ns.LeaseDuration, ns.Balance)
 	}
 	return t.flush()
 }
@@ -188,7 +188,13 @@ func (c *cli) namespaceTable(nss ...admin.Namespace) error {
 const grpcRingHashCap = 4096
 
 func (c *cli) createNamespace(ctx context.Context, args []string) error {
-	in := admin.Namespace{Name: args[0], RingSize: c.flags.ringSize, Header: c.flags.header, LeaseDuration: c.flags.leaseDuration}
+	switch c.flags.balance {
+	case "", "off", "seeds", "fit":
+	default:
+		return usagef("--balance %q: want off, seeds or fit", c.flags.balance)
+	}
+	in := admin.Namespace{Name: args[0], RingSize: c.flags.ringSize, Header: c.flags.header, LeaseDuration: c.flags.leaseDuration,
+		Balance: c.flags.balance, BalanceInterval: c.flags.balanceEvery}
 	var ns admin.Namespace
 	raw, err := c.client.Call(ctx, http.MethodPost, admin.NamespacesPath, in, &ns)
 	if err != nil {

@@ -54,12 +54,17 @@ func commands() []command {
 		{name: "status", help: "role, leader, term and log index; per namespace its owners and arcs per state", run: (*cli).status},
 		{name: "cluster", help: "this node's view of raft: role, leader, term, indexes and members", run: (*cli).cluster},
 		{name: "namespaces", help: "list the namespaces", run: (*cli).namespaces},
-		{name: "namespaces create", args: []string{"NAME"}, flags: createFlagSet, flagsHelp: "[--ring-size N] [--header H] [--lease-duration D]",
-			help: "create a namespace (zero flags take the manager's defaults)", run: (*cli).createNamespace},
+		{name: "namespaces create", args: []string{"NAME"}, flags: createFlagSet,
+			flagsHelp: "[--ring-size N] [--header H] [--lease-duration D] [--balance off|seeds|fit] [--balance-interval D]",
+			help: "create a namespace (zero flags take the manager's defaults; --balance picks the load-balancing policy,\n" +
+				"\tdefault fit; --balance-interval the least time between its rounds, default 15s)", run: (*cli).createNamespace},
 		{name: "namespaces delete", args: []string{"NAME"}, help: "delete a namespace", run: (*cli).deleteNamespace},
 		{name: "ring", args: []string{"NS"}, help: "the ring NS is moving toward: each entry's position, owner and index", run: (*cli).ring},
 		{name: "leases", args: []string{"NS"}, help: "the lease table: each arc's holder, generation, state and expiry", run: (*cli).leases},
 		{name: "owners", args: []string{"NS"}, help: "the live owner sessions, their virtual nodes and last contact", run: (*cli).owners},
+		{name: "top", args: []string{"NS"}, flags: topFlagSet, flagsHelp: "[--interval D] [--count N]",
+			help: "each owner's reported load, share of the ring and virtual nodes, refreshed every --interval (default 2s)\n" +
+				"\t--count times (default 0: until interrupted); -o json prints one JSON object per refresh", run: (*cli).top},
 		{name: "drain", args: []string{"NS", "OWNER"}, help: "take OWNER out of the ring of NS; its arcs move to the others", run: (*cli).drain},
 		{name: "ratelimits", args: []string{"NS"}, help: "the fleet-wide rate limits of NS (fuge-proxy enforces them)", run: (*cli).rateLimits},
 		{name: "ratelimits set", args: []string{"NS", "NAME"}, flags: rateLimitFlagSet, flagsHelp: rateLimitFlagsHelp,
@@ -105,6 +110,11 @@ type cmdFlags struct {
 	ringSize      int
 	header        string
 	leaseDuration string
+	balance       string
+	balanceEvery  string
+	// top
+	interval time.Duration
+	count    int
 	// certs init and issue
 	hosts, owners                     listFlag
 	proxyName, adminName, managerName string
@@ -116,6 +126,13 @@ func createFlagSet(fs *flag.FlagSet, f *cmdFlags) {
 	fs.IntVar(&f.ringSize, "ring-size", 0, "")
 	fs.StringVar(&f.header, "header", "", "")
 	fs.StringVar(&f.leaseDuration, "lease-duration", "", "")
+	fs.StringVar(&f.balance, "balance", "", "")
+	fs.StringVar(&f.balanceEvery, "balance-interval", "", "")
+}
+
+func topFlagSet(fs *flag.FlagSet, f *cmdFlags) {
+	fs.DurationVar(&f.interval, "interval", 2*time.Second, "")
+	fs.IntVar(&f.count, "count", 0, "")
 }
 
 // usageError is a mistake on the command line.

@@ -57,11 +57,14 @@ func cannedAPI() map[string]answer {
 			{"id":"node2","address":"127.0.0.1:7410","suffrage":"Voter"},
 			{"id":"node3","address":"127.0.0.1:7420","suffrage":"Nonvoter"}]}`},
 		"GET /v1/namespaces": {200, `{"namespaces":[
-			{"name":"default","ring_size":4096,"header":"X-Fuge-Key","lease_duration":"60s"},
+			{"name":"default","ring_size":4096,"header":"X-Fuge-Key","lease_duration":"60s","balance":"fit"},
 			{"name":"users","ring_size":1024,"header":"X-User-Id","lease_duration":"30s"}]}`},
 		"GET /v1/namespaces/default/owners": {200, `{"namespace":"default","owners":[
-			{"name":"b1","addr":"10.0.0.1:8080","vnodes":2048,"draining":false,"last_heard":"2026-01-02T03:04:03.2Z"},
-			{"name":"b2","addr":"10.0.0.2:8080","vnodes":2048,"draining":true,"last_heard":"2026-01-02T03:03:50Z"}]}`},
+			{"name":"b1","addr":"10.0.0.1:8080","vnodes":2048,"draining":false,"last_heard":"2026-01-02T03:04:03.2Z",
+			 "load":1250.5,"load_reported":"2026-01-02T03:04:03.2Z","ring_share":0.6},
+			{"name":"b2","addr":"10.0.0.2:8080","vnodes":2048,"draining":true,"last_heard":"2026-01-02T03:03:50Z",
+			 "load":0,"load_reported":"","ring_share":0.4}],
+			"balance":{"policy":"fit","rounds":12,"moving_rounds":3,"vnodes_moved":40,"ranges_moved":57}}`},
 		"GET /v1/namespaces/users/owners": {200, `{"namespace":"users","owners":[]}`},
 		"GET /v1/namespaces/default/leases": {200, `{"namespace":"default","arcs":[
 			{"start":"f000000000000000","end":"1000000000000000","owner":"b1","generation":7,"state":"granted","expires_at":"2026-01-02T03:04:57Z"},
@@ -73,7 +76,7 @@ func cannedAPI() map[string]answer {
 			{"position":"1000000000000000","owner":"b1","index":0},
 			{"position":"8000000000000000","owner":"b2","index":0},
 			{"position":"f000000000000000","owner":"b1","index":1}]}`},
-		"POST /v1/namespaces":                         {201, `{"name":"carts","ring_size":8,"header":"X-Fuge-Key","lease_duration":"45s"}`},
+		"POST /v1/namespaces":                         {201, `{"name":"carts","ring_size":8,"header":"X-Fuge-Key","lease_duration":"45s","balance":"seeds","balance_interval":"15s"}`},
 		"DELETE /v1/namespaces/a%2Fb":                 {204, ``},
 		"POST /v1/namespaces/default/owners/b1/drain": {202, `{"namespace":"default","owner":"b1","draining":true}`},
 		"GET /v1/namespaces/nope/leases":              {404, `{"error":"manager: unknown namespace: nope"}`},
@@ -214,9 +217,9 @@ node2  127.0.0.1:7410  Voter     no
 node3  127.0.0.1:7420  Nonvoter  no
 `},
 		{[]string{"namespaces"}, `
-NAME     RING SIZE  HEADER      LEASE
-default  4096       X-Fuge-Key  60s
-users    1024       X-User-Id   30s
+NAME     RING SIZE  HEADER      LEASE  BALANCE
+default  4096       X-Fuge-Key  60s    fit
+users    1024       X-User-Id   30s    -
 `},
 		{[]string{"ring", "default"}, `
 POSITION          OWNER  INDEX
@@ -238,9 +241,16 @@ b2    10.0.0.2:8080  2048    yes       15s ago
 		{[]string{"owners", "users"}, `
 NAME  ADDRESS  VNODES  DRAINING  LAST HEARD
 `},
-		{[]string{"namespaces", "create", "carts", "--ring-size", "8", "--lease-duration=45s"}, `
-NAME   RING SIZE  HEADER      LEASE
-carts  8          X-Fuge-Key  45s
+		{[]string{"namespaces", "create", "carts", "--ring-size", "8", "--lease-duration=45s", "--balance", "seeds"}, `
+NAME   RING SIZE  HEADER      LEASE  BALANCE
+carts  8          X-Fuge-Key  45s    seeds
+`},
+		{[]string{"top", "default", "--count", "1"}, `
+03:04:05  namespace default  policy fit  max/mean 1.00  rounds 12 (3 moved 40 vnodes, 57 ranges)
+OWNER  LOAD    LOAD %  RING %  VNODES  REPORTED  DRAINING
+b1     1250.5  100.0   60.0    2048    2s ago    no
+b2     -       -       40.0    2048    -         yes
+
 `},
 		{[]string{"namespaces", "delete", "a/b"}, `
 namespace a/b deleted

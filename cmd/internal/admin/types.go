@@ -31,6 +31,10 @@ type Namespace struct {
 	RingSize      int    `json:"ring_size,omitempty"`
 	Header        string `json:"header,omitempty"`
 	LeaseDuration string `json:"lease_duration,omitempty"` // a Go duration, "60s"
+	// Balance is the balancing policy: off, seeds or fit;
+	// BalanceInterval the least time between its rounds (a Go duration).
+	Balance         string `json:"balance,omitempty"`
+	BalanceInterval string `json:"balance_interval,omitempty"`
 }
 
 // NamespaceList is GET /v1/namespaces.
@@ -72,6 +76,7 @@ type Arc struct {
 type Owners struct {
 	Namespace string  `json:"namespace"`
 	Owners    []Owner `json:"owners"`
+	Balance   Balance `json:"balance"`
 }
 
 // Owner is one owner session.
@@ -81,6 +86,22 @@ type Owner struct {
 	VNodes    int    `json:"vnodes"`
 	Draining  bool   `json:"draining"`
 	LastHeard string `json:"last_heard"`
+	// Load is the owner's latest load report; LoadReported when the
+	// leader received it ("" if never); RingShare the fraction of the
+	// circle its arcs cover in the desired ring.
+	Load         float64 `json:"load"`
+	LoadReported string  `json:"load_reported"`
+	RingShare    float64 `json:"ring_share"`
+}
+
+// Balance is the balancing policy of a namespace and its counters since
+// the leader took over (in Owners).
+type Balance struct {
+	Policy       string `json:"policy"`
+	Rounds       uint64 `json:"rounds"`
+	MovingRounds uint64 `json:"moving_rounds"`
+	VNodesMoved  uint64 `json:"vnodes_moved"`
+	RangesMoved  uint64 `json:"ranges_moved"`
 }
 
 // Drain is the answer to POST /v1/namespaces/{ns}/owners/{name}/drain.

@@ -1,6 +1,6 @@
 // Package plot draws the benchmarks' PNG plots with the standard library
 // alone (image/png and the 5x7 font in font.go): horizontal bars with
-// min-max whiskers, and lines. bench/proxybench and bench/ratelimit use it.
+// min-max whiskers, and lines. bench/proxybench, bench/balance and bench/ratelimit share it.
 package plot
 
 import (
@@ -34,10 +34,11 @@ var (
 	}
 )
 
-// Canvas is one plot, or plots stacked.
+// Canvas is a plot being drawn.
 type Canvas struct{ *image.RGBA }
 
-func newCanvas(w, h int) Canvas {
+// NewCanvas is a white w×h canvas.
+func NewCanvas(w, h int) Canvas {
 	c := Canvas{image.NewRGBA(image.Rect(0, 0, w, h))}
 	draw.Draw(c.RGBA, c.Bounds(), &image.Uniform{white}, image.Point{}, draw.Src)
 	return c
@@ -130,7 +131,7 @@ func fmtNum(v float64) string {
 	}
 }
 
-// Bar is one bar: a value with an optional range (Lo = Hi = 0: none).
+// Bar is one Bar: a value with an optional range (Lo = Hi = 0: none).
 type Bar struct {
 	Label     string
 	V, Lo, Hi float64
@@ -145,7 +146,7 @@ func HBars(title, unit string, bars []Bar) Canvas {
 	}
 	left += 20
 	h := marginT + len(bars)*(barH+barGap) + 50
-	c := newCanvas(plotW, h)
+	c := NewCanvas(plotW, h)
 	c.text(10, 12, title, black)
 	top, right := marginT, plotW-90
 	maxV := 0.0
@@ -189,13 +190,13 @@ type Series struct {
 	Color int // palette index
 }
 
-// Lines draws series over categorical x positions named xs, on a log
-// scale when the values span more than a factor of 20. An empty name
-// leaves its position unlabelled (for long time series).
+// Lines draws series over categorical x positions named xs (an empty name
+// gets no tick), on a log scale when the values span more than a factor of
+// 20.
 func Lines(title, xunit, yunit string, xs []string, ss []Series) Canvas {
 	const left, top, h, w = 110, 80, 540, 1150
 	right, bottom := w-420, h-60 // room for the legend's longest name
-	c := newCanvas(w, h)
+	c := NewCanvas(w, h)
 	c.text(10, 12, title, black)
 	lo, hi := math.Inf(1), 0.0
 	for _, s := range ss {
@@ -248,8 +249,8 @@ func Lines(title, xunit, yunit string, xs []string, ss []Series) Canvas {
 		c.text(left-8-textW(s), y(v)-charH/2+2, s, black)
 	}
 	for i, s := range xs {
-		if s == "" { // an unlabelled position: no grid line either
-			continue
+		if s == "" {
+			continue // an unlabelled position: no tick
 		}
 		c.line(x(i), top, x(i), bottom, 1, grey)
 		c.text(x(i)-textW(s)/2, bottom+8, s, black)
@@ -277,7 +278,7 @@ func Stack(cs ...Canvas) Canvas {
 		h += c.Bounds().Dy()
 		w = max(w, c.Bounds().Dx())
 	}
-	out := newCanvas(w, h)
+	out := NewCanvas(w, h)
 	y := 0
 	for _, c := range cs {
 		draw.Draw(out.RGBA, c.Bounds().Add(image.Pt(0, y)), c.RGBA, image.Point{}, draw.Src)
@@ -286,7 +287,7 @@ func Stack(cs ...Canvas) Canvas {
 	return out
 }
 
-// Save writes the canvas as a PNG file.
+// Save writes c as a PNG file.
 func (c Canvas) Save(path string) error {
 	f, err := os.Create(path)
 	if err != nil {
@@ -305,7 +306,7 @@ func Caption(lines ...string) Canvas {
 	for _, l := range lines {
 		w = max(w, textW(l)+20)
 	}
-	c := newCanvas(max(w, 200), 10+len(lines)*(charH+8))
+	c := NewCanvas(max(w, 200), 10+len(lines)*(charH+8))
 	for i, l := range lines {
 		c.text(10, 6+i*(charH+8), l, black)
 	}

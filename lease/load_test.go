@@ -1,0 +1,46 @@
+package lease
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestLoadReportValidate(t *testing.T) {
+	groups := make([]float64, LoadGroups)
+	ok := []LoadReport{{}, {Rate: 5}, {Rate: MaxLoad, Groups: groups}}
+	for _, l := range ok {
+		if err := l.Validate(); err != nil {
+			t.Errorf("%+v: %v", l, err)
+		}
+	}
+	bad := func(i int, x float64) []float64 {
+		g := make([]float64, LoadGroups)
+		g[i] = x
+		return g
+	}
+	cases := []struct {
+		l     LoadReport
+		field string
+	}{
+		{LoadReport{Rate: math.NaN()}, "load.rate"},
+		{LoadReport{Rate: math.Inf(1)}, "load.rate"},
+		{LoadReport{Rate: -1}, "load.rate"},
+		{LoadReport{Rate: 2 * MaxLoad}, "load.rate"},
+		{LoadReport{Groups: make([]float64, 3)}, "load.groups"},
+		{LoadReport{Groups: make([]float64, LoadGroups+1)}, "load.groups"},
+		{LoadReport{Groups: bad(7, math.NaN())}, "load.groups[7]"},
+		{LoadReport{Groups: bad(63, -0.5)}, "load.groups[63]"},
+		{LoadReport{Groups: bad(0, math.Inf(-1))}, "load.groups[0]"},
+	}
+	for _, c := range cases {
+		err := c.l.Validate()
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%+v: %v; want ErrInvalid naming %s", c.l.Rate, err, c.field)
+		}
+	}
+	if LoadGroup(0) != 0 || LoadGroup(math.MaxUint64) != 63 || LoadGroup(1<<58) != 1 {
+		t.Error("LoadGroup: wrong top bits")
+	}
+}
