@@ -103,7 +103,7 @@ func (n *namespace) grantArc(a arc, want string, g lease.Gen) arc {
 	if a.clean && a.to == want && g == a.gen && a.src != "" {
 		if src := n.sessions[a.src]; src != nil && src.migAddr != "" {
 			n.m.stats.MigrationsGranted++
-			return arc{holder: want, gen: g, st: Granted, clean: true, from: a.from, src: a.src}
+			return arc{holder: want, gen: g, st: Granted, clean: true, from: a.from, src: a.src, srcAddr: src.migAddr}
 		}
 	}
 	if a.clean {
@@ -126,9 +126,14 @@ func (n *namespace) migrationOrders(s *session) (out, in []lease.Migration) {
 				out = appendMigration(out, lease.Migration{Range: r, Gen: a.gen, Peer: a.to, PeerAddr: p.migAddr})
 			}
 		case a.st == Granted && !a.confirmed && a.clean && a.src != "":
+			// Always an order, even once src's session is gone: without one
+			// the holder would serve, at once and without the state, a
+			// range lookups see as migrated.
+			addr := a.srcAddr
 			if p := n.sessions[a.src]; p != nil && p.migAddr != "" {
-				in = appendMigration(in, lease.Migration{Range: r, Gen: a.gen, Peer: a.src, PeerAddr: p.migAddr})
+				addr = p.migAddr
 			}
+			in = appendMigration(in, lease.Migration{Range: r, Gen: a.gen, Peer: a.src, PeerAddr: addr})
 		}
 	})
 	return closeMigrations(out), closeMigrations(in)

@@ -45,6 +45,12 @@ type arc struct {
 	// granted to to as an import.
 	to, src string
 	from    lease.Gen
+	// srcAddr is where src served MigrationService when the import was
+	// granted: the import order names it even after src's session is gone,
+	// so that an import re-sent (not yet confirmed) is never sent as a
+	// plain grant while lookups see it migrated (the fetch then fails and
+	// the range is regranted with a loss).
+	srcAddr string
 	// expiry is the manager-side hold end of a Recalling arc or an orphan,
 	// in unix nanoseconds, fixed when it was recalled or orphaned. A Granted
 	// arc expires with its holder's session (session.until) and has 0
