@@ -25,9 +25,13 @@ func (m *Manager) Verify() error {
 }
 
 func (n *namespace) verify() error {
-	proj := ring.Map(n.table, n.projection)
+	// The clean mark is not part of what lookups see (it only flags the
+	// change that set it, view.go), and a view rebuilt or merged may lose
+	// it where the table keeps it: compare what lookups see.
+	unmark := func(v viewVal) viewVal { v.clean = false; return v }
+	proj := ring.Map(n.table, func(a arc) viewVal { return unmark(n.projection(a)) })
 	proj.Compact()
-	view := n.view.Clone()
+	view := ring.Map(n.view, unmark)
 	view.Compact()
 	if !ring.Equal(proj, view) {
 		return fmt.Errorf("the lookups' view (%d arcs) is not the lease table's projection (%d arcs)", view.Len(), proj.Len())
