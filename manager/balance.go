@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -190,21 +191,11 @@ func vnodeCounts(names []string, prev map[string]int, total int) []ring.Owner {
 			for i, name := range names {
 				out[i] = ring.Owner{Name: name, VNodes: prev[name]}
 			}
-			slices.SortFunc(out, func(a, b ring.Owner) int { return cmpString(a.Name, b.Name) })
+			slices.SortFunc(out, func(a, b ring.Owner) int { return cmp.Compare(a.Name, b.Name) })
 			return out
 		}
 	}
 	return reapportion(prev, names, total)
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // reapportion divides total among names when the membership changes. When
@@ -265,7 +256,7 @@ func reapportion(prev map[string]int, names []string, total int) []ring.Owner {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int {
-		if c := -cmpFloat(frac[a], frac[b]); c != 0 {
+		if c := -cmp.Compare(frac[a], frac[b]); c != 0 {
 			return c
 		}
 		ha, hb := ring.HashString(out[a].Name), ring.HashString(out[b].Name)
@@ -275,7 +266,7 @@ func reapportion(prev map[string]int, names []string, total int) []ring.Owner {
 		case ha > hb:
 			return 1
 		}
-		return cmpString(out[a].Name, out[b].Name)
+		return cmp.Compare(out[a].Name, out[b].Name)
 	})
 	for k := 0; given < total; k++ {
 		out[order[k%len(order)]].VNodes++

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -154,7 +155,7 @@ func (p *seedsPolicy) Plan(in BalanceInput) []VNodeMove {
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return -cmpFloat(est[a], est[b]) })
+	slices.SortStableFunc(order, func(a, b int) int { return -cmp.Compare(est[a], est[b]) })
 	received := map[string]bool{}
 	var moves []VNodeMove
 	for _, hi := range order {
@@ -183,16 +184,6 @@ func (p *seedsPolicy) Plan(in BalanceInput) []VNodeMove {
 	}
 	p.received = received
 	return moves
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Thresholds of the fit policy, as multiples of the mean load: a round
@@ -421,7 +412,7 @@ func leastLoaded(est []float64, skip, k int) []int {
 			out = append(out, i)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b int) int { return cmpFloat(est[a], est[b]) })
+	slices.SortStableFunc(out, func(a, b int) int { return cmp.Compare(est[a], est[b]) })
 	if len(out) > k {
 		out = out[:k]
 	}

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -227,7 +228,7 @@ func (h *proxyHub) registrations(ns string) []map[string]any {
 		out = append(out, map[string]any{"name": r.name, "gossip_addr": r.addr,
 			"renewed_ago": now.Sub(r.renewed).String(), "connected": connected})
 	}
-	slices.SortFunc(out, func(a, b map[string]any) int { return cmpStr(a["name"].(string), b["name"].(string)) })
+	slices.SortFunc(out, func(a, b map[string]any) int { return cmp.Compare(a["name"].(string), b["name"].(string)) })
 	return out
 }
 

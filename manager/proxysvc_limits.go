@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -98,7 +99,7 @@ func ValidateRateLimits(rules []RateLimitRule) ([]RateLimitRule, error) {
 		r.Overrides = maps.Clone(r.Overrides)
 		out = append(out, r)
 	}
-	slices.SortFunc(out, func(a, b RateLimitRule) int { return cmpStr(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b RateLimitRule) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil
 }
 

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -145,7 +146,7 @@ func (c *viewCore) desired(now time.Time) ProxyView {
 			v.Members = append(v.Members, ViewMember{Name: r.name, GossipAddr: r.addr})
 		}
 	}
-	slices.SortFunc(v.Members, func(a, b ViewMember) int { return cmpStr(a.Name, b.Name) })
+	slices.SortFunc(v.Members, func(a, b ViewMember) int { return cmp.Compare(a.Name, b.Name) })
 	return v
 }
 
@@ -195,14 +196,4 @@ func (c *viewCore) committed(v ProxyView, ok bool) {
 	if ok {
 		c.current = v
 	}
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -109,7 +110,7 @@ func (n *Node) Config() NodeConfig { return n.cfg }
 // keeps its state.
 func (n *Node) SetLimits(ls []*Limiter) {
 	n.limiters = slices.Clone(ls)
-	slices.SortFunc(n.limiters, func(a, b *Limiter) int { return cmpString(a.cfg.Name, b.cfg.Name) })
+	slices.SortFunc(n.limiters, func(a, b *Limiter) int { return cmp.Compare(a.cfg.Name, b.cfg.Name) })
 	n.reset() // push-sum keys name limits by index
 }
 
@@ -478,16 +479,6 @@ func sortedIDs(m map[int32]float64) []int32 {
 	}
 	slices.Sort(ks)
 	return ks
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // cycleAppend appends member self's out-neighbours in the epoch's overlay:
