@@ -281,12 +281,12 @@ func (h *Harness) Start(ctx context.Context) error {
 		}
 		if i == 0 {
 			if err := h.waitFor(ctx, "m1 leads", 30*time.Second, func() bool { return h.leader() == m }); err != nil {
-				return err
+				return h.withLogs(err, "m")
 			}
 		}
 	}
 	if err := h.waitFor(ctx, "three voters", 30*time.Second, func() bool { return h.voters() == h.L.Managers }); err != nil {
-		return err
+		return h.withLogs(err, "m")
 	}
 	for i := range h.L.Owners {
 		if err := h.startOwner(fmt.Sprintf("p%d", i+1), "", 1); err != nil {
@@ -477,6 +477,28 @@ func (h *Harness) voters() int {
 	}
 	return n
 }
+
+// withLogs adds to err the last lines of the logs of the processes whose
+// label starts with prefix, so that a start-up that did not converge says
+// why even after the test's directory is gone.
+func (h *Harness) withLogs(err error, prefix string) error {
+	names, _ := filepath.Glob(filepath.Join(h.Dir, "logs", prefix+"*.log"))
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		data, rerr := os.ReadFile(n)
+		if rerr != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		lines = lines[max(0, len(lines)-logTail):]
+		fmt.Fprintf(&b, "\n--- %s (last %d lines)\n%s", filepath.Base(n), len(lines), strings.Join(lines, "\n"))
+	}
+	return fmt.Errorf("%w%s", err, b.String())
+}
+
+// logTail is how many lines of each log withLogs quotes.
+const logTail = 20
 
 // waitFor polls cond every 50 ms until it holds, ctx ends or d passes.
 func (h *Harness) waitFor(ctx context.Context, what string, d time.Duration, cond func() bool) error {
