@@ -84,6 +84,10 @@ type Harness struct {
 	stale    string // an owner a stale router keeps sending to, or ""
 	certs    string // the pool's CA and certificates: every port is mutual TLS
 	admin    *http.Client
+
+	// beforeManager, if set, runs before each manager's first start: a
+	// test takes one of its ports there, as another program could.
+	beforeManager func(m *managerPorts)
 }
 
 type managerPorts struct {
@@ -92,6 +96,7 @@ type managerPorts struct {
 	rRaft, rGRPC, rHTTP *Relay
 	dataDir             string
 	clockRate           float64
+	revivals            int // restarts on new ports at start-up (reviveManagers)
 }
 
 func freePort() string {
@@ -276,16 +281,19 @@ func (h *Harness) Start(ctx context.Context) error {
 		h.managers = append(h.managers, m)
 	}
 	for i, m := range h.managers {
+		if h.beforeManager != nil {
+			h.beforeManager(m)
+		}
 		if err := h.startManager(m); err != nil {
 			return err
 		}
 		if i == 0 {
-			if err := h.waitFor(ctx, "m1 leads", 30*time.Second, func() bool { return h.leader() == m }); err != nil {
+			if err := h.waitFor(ctx, "m1 leads", 30*time.Second, func() bool { h.reviveManagers(); return h.leader() == m }); err != nil {
 				return h.withLogs(err, "m")
 			}
 		}
 	}
-	if err := h.waitFor(ctx, "three voters", 30*time.Second, func() bool { return h.voters() == h.L.Managers }); err != nil {
+	if err := h.waitFor(ctx, "three voters", 30*time.Second, func() bool { h.reviveManagers(); return h.voters() == h.L.Managers }); err != nil {
 		return h.withLogs(err, "m")
 	}
 	for i := range h.L.Owners {
@@ -316,6 +324,35 @@ func (h *Harness) Start(ctx context.Context) error {
 		return true
 	})
 }
+
+// reviveManagers restarts, on new ports, a manager that exited at start-up
+// because a port freePort gave it was taken in between (by any program on
+// this machine binding port 0, or by an outgoing connection's ephemeral
+// port), as many times as maxRevivals allows. Its relays, whose addresses
+// are the ones the cluster knows, follow it to the new ports.
+func (h *Harness) reviveManagers() {
+	for _, m := range h.managers {
+		p := h.get(m.name)
+		if p == nil || !exited(p) || m.revivals >= maxRevivals {
+			continue
+		}
+		if b, _ := os.ReadFile(p.log.Name()); !strings.Contains(string(b), "address already in use") {
+			continue
+		}
+		m.revivals++
+		m.raft, m.grpc, m.http = freePort(), freePort(), freePort()
+		m.rRaft.SetTarget(m.raft)
+		m.rGRPC.SetTarget(m.grpc)
+		m.rHTTP.SetTarget(m.http)
+		h.note("%s could not bind a port it was given; starting it again on new ports (%s)", m.name, m.http)
+		if err := h.startManager(m); err != nil {
+			h.note("start %s again: %v", m.name, err)
+		}
+	}
+}
+
+// maxRevivals bounds reviveManagers per manager.
+const maxRevivals = 3
 
 func (h *Harness) grpcRelays() string {
 	var a []string

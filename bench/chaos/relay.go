@@ -69,7 +69,7 @@ func (l *Links) blocked(src, dst string, down bool) (bool, <-chan struct{}) {
 type Relay struct {
 	ln     net.Listener
 	dst    string // the manager's name
-	target string
+	target string // guarded by mu: SetTarget moves it
 	links  *Links
 	mu     sync.Mutex
 	conns  map[net.Conn]string // -> the source process
@@ -84,6 +84,15 @@ func newRelay(dst, target string, links *Links) (*Relay, error) {
 	r := &Relay{ln: ln, dst: dst, target: target, links: links, conns: map[net.Conn]string{}}
 	go r.serve()
 	return r, nil
+}
+
+// SetTarget points the relay at a manager's new port: the manager moved
+// because another program took a port it was given (see
+// Harness.reviveManagers). Connections already relayed keep their target.
+func (r *Relay) SetTarget(target string) {
+	r.mu.Lock()
+	r.target = target
+	r.mu.Unlock()
 }
 
 // Addr is the relay's address, the one the manager advertises.
@@ -118,7 +127,10 @@ func (r *Relay) untrack(c net.Conn) {
 
 func (r *Relay) pipe(in net.Conn) {
 	src := peerProcess(in.RemoteAddr(), r.links.pids())
-	out, err := net.Dial("tcp", r.target)
+	r.mu.Lock()
+	target := r.target
+	r.mu.Unlock()
+	out, err := net.Dial("tcp", target)
 	if err != nil {
 		in.Close()
 		return
