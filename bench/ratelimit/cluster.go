@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/fuge-project/fuge/internal/procs"
 	"github.com/fuge-project/fuge/ownerguard"
 )
 
@@ -25,13 +26,13 @@ const (
 
 type managerProc struct {
 	id, raft, grpc, http string
-	p                    *proc
+	p                    *procs.Proc
 	dead                 bool
 }
 
 type proxyProc struct {
 	name, listen, admin string
-	p                   *proc
+	p                   *procs.Proc
 	down                atomic.Bool // SIGSTOPped: the load goes to the others
 }
 
@@ -39,7 +40,7 @@ type proxyProc struct {
 // harness the sink and the Owner session that holds the sink's leases.
 type cluster struct {
 	dir, bin string
-	ps       *procs
+	ps       *procs.Group
 	mgrs     []*managerProc
 	proxies  []*proxyProc
 	sink     *sink
@@ -69,7 +70,7 @@ func (c *cluster) startManagers(n int) error {
 		if i > 0 {
 			args = append(args, "--join", c.mgrs[0].http)
 		}
-		p, err := c.ps.start("fuge-manager-"+m.id, filepath.Join(c.bin, "fuge-manager"), args...)
+		p, err := c.ps.Start("fuge-manager-"+m.id, filepath.Join(c.bin, "fuge-manager"), args...)
 		if err != nil {
 			return err
 		}
@@ -167,7 +168,7 @@ func (c *cluster) startSink(s *sink) error {
 func (c *cluster) startProxies(n int, epoch time.Duration, loss float64) error {
 	for i := range n {
 		pp := &proxyProc{name: fmt.Sprintf("p%02d", i+1), listen: freePort(), admin: freePort()}
-		p, err := c.ps.start("fuge-proxy-"+pp.name, filepath.Join(c.bin, "fuge-proxy"),
+		p, err := c.ps.Start("fuge-proxy-"+pp.name, filepath.Join(c.bin, "fuge-proxy"),
 			"--listen", pp.listen, "--admin", pp.admin, "--managers", c.grpcAddrs(), "--namespace", namespace,
 			"--insecure", "--max-conns-per-ip", "-1", "--log-level", "info",
 			"--ratelimit", "--ratelimit-name", pp.name, "--gossip-epoch", epoch.String(), "--gossip-fanout", "2",
@@ -213,7 +214,7 @@ func (pp *proxyProc) status() (proxyStatus, error) {
 	return st, err
 }
 
-func (pp *proxyProc) stop(s syscall.Signal) { pp.p.signal(s) }
+func (pp *proxyProc) stop(s syscall.Signal) { pp.p.Signal(s) }
 
 // close stops the sink and the owner; the processes are stopped by ps.
 func (c *cluster) close() {

@@ -100,14 +100,14 @@ func run(c config, dir, outDir string) error {
 			if l == nil {
 				return fmt.Errorf("no leader to kill")
 			}
-			l.p.kill()
+			l.p.Kill()
 			l.dead = true
 			return nil
 		}},
 		{at: 52 * s, name: "managers SIGSTOP", do: func(cl *cluster) error {
 			for _, m := range cl.mgrs {
 				if !m.dead {
-					m.p.signal(sigStop)
+					m.p.Signal(sigStop)
 				}
 			}
 			return nil
@@ -115,7 +115,7 @@ func run(c config, dir, outDir string) error {
 		{at: 62 * s, name: "managers SIGCONT", do: func(cl *cluster) error {
 			for _, m := range cl.mgrs {
 				if !m.dead {
-					m.p.signal(sigCont)
+					m.p.Signal(sigCont)
 				}
 			}
 			return nil

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fuge-project/fuge/internal/procs"
 )
 
 const (
@@ -59,8 +61,8 @@ func scenario(c config, dir, bin, name string, loss float64, d time.Duration, ev
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return nil, err
 	}
-	ps := &procs{logs: logs}
-	defer ps.stopAll()
+	ps := &procs.Group{Dir: logs}
+	defer ps.StopAll(5 * time.Second)
 	win := c.epoch
 	windows := int(d/win) + 2
 	rd := &runData{name: name, cpus: runtime.NumCPU(), loss: loss, win: win, windows: windows, steady: steady, events: events, proxies: c.proxies,

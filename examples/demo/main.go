@@ -45,6 +45,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fuge-project/fuge/examples/presence"
+	"github.com/fuge-project/fuge/internal/procs"
 	"github.com/fuge-project/fuge/lb"
 )
 
@@ -83,7 +84,7 @@ func run(args []string, out io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	d := &demo{opt: o, out: out, start: time.Now(), checker: NewChecker(), alive: map[string]*proc{}}
+	d := &demo{opt: o, out: out, start: time.Now(), checker: NewChecker(), alive: map[string]*procs.Proc{}}
 	err := d.run(ctx)
 	if err != nil {
 		d.logf("demo stopped: %v", err)
@@ -98,9 +99,9 @@ type demo struct {
 	start time.Time
 	outMu sync.Mutex
 
-	procs   procs
+	procs   procs.Group
 	aliveMu sync.Mutex
-	alive   map[string]*proc // processes that must stay up
+	alive   map[string]*procs.Proc // processes that must stay up
 
 	managerGRPC, managerHTTP string
 	proxyURL, proxyAdmin     string
@@ -154,7 +155,7 @@ func (d *demo) run(ctx context.Context) error {
 	} else if err := os.MkdirAll(o.work, 0o755); err != nil {
 		return err
 	}
-	d.procs.dir = d.opt.work
+	d.procs.Dir = d.opt.work
 	d.say("Fuge demo: a manager, three presence servers and fuge-proxy on 127.0.0.1; %d devices", o.devices)
 	d.say("publish and read their addresses through the proxy, %d operations a second.", o.rate)
 	d.say("Logs and data: %s", d.opt.work)
@@ -167,7 +168,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.makeCerts(ctx); err != nil {
 		return err
 	}
-	ports, err := freePorts(5 + servers)
+	ports, err := procs.FreePorts(5 + servers)
 	if err != nil {
 		return err
 	}
@@ -278,15 +279,15 @@ func (d *demo) build(ctx context.Context) error {
 }
 
 // startProc starts a process that must stay up, and prints where it logs.
-func (d *demo) startProc(name, bin, what string, args ...string) (*proc, error) {
-	p, err := d.procs.start(name, filepath.Join(d.opt.bin, bin), args...)
+func (d *demo) startProc(name, bin, what string, args ...string) (*procs.Proc, error) {
+	p, err := d.procs.Start(name, filepath.Join(d.opt.bin, bin), args...)
 	if err != nil {
 		return nil, err
 	}
 	d.aliveMu.Lock()
 	d.alive[name] = p
 	d.aliveMu.Unlock()
-	d.logf("started %-7s pid %-7d %-40s log %s", name, p.pid(), what, p.log)
+	d.logf("started %-7s pid %-7d %-40s log %s", name, p.Pid(), what, p.Log)
 	return p, nil
 }
 
@@ -373,8 +374,8 @@ func (d *demo) checkAlive() error {
 	d.aliveMu.Lock()
 	defer d.aliveMu.Unlock()
 	for name, p := range d.alive {
-		if p.exited() {
-			return fmt.Errorf("%s %w (%v): see %s", name, errExited, p.err, p.log)
+		if p.Exited() {
+			return fmt.Errorf("%s %w (%v): see %s", name, procs.ErrExited, p.Err(), p.Log)
 		}
 	}
 	return nil

@@ -17,9 +17,9 @@ func (d *demo) crash(ctx context.Context) error {
 	delete(d.alive, "p2")
 	d.aliveMu.Unlock()
 	hold := time.Duration(float64(d.opt.lease) * 65 / 60)
-	d.logf("== kill -9 p2 (pid %d): the manager grants its ranges again once its leases expire, T·65/60 = %v after its last renewal", p2.pid(), hold)
+	d.logf("== kill -9 p2 (pid %d): the manager grants its ranges again once its leases expire, T·65/60 = %v after its last renewal", p2.Pid(), hold)
 	killed := time.Now()
-	p2.kill()
+	p2.Kill()
 	if err := d.waitFor(ctx, "p2's ranges to be granted to p1 and p3", 10*d.opt.lease, func() bool {
 		return d.holdersAre("p1", "p3")
 	}); err != nil {

@@ -109,7 +109,7 @@ func scrape(url string) (map[string]float64, error) {
 // explained.
 func (d *demo) finish(runErr error) int {
 	proxy, proxyErr := scrape("http://" + d.proxyAdmin + "/metrics")
-	d.procs.stopAll(5 * time.Second)
+	d.procs.StopAll(5*time.Second, "manager")
 	total := d.snapshot().sub(snapshot{})
 	v := total.verdicts
 	d.say("")
