@@ -3,11 +3,13 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,12 +61,21 @@ func newCluster(t *testing.T, n int, T time.Duration) *cluster {
 // after the test defaults.
 func newClusterWith(t *testing.T, n int, T time.Duration, configure func(*manager.ServerConfig)) *cluster {
 	t.Helper()
+	return buildCluster(t, n, T, configure, func(c *cluster, nd *node) error { return tryStart(c, nd, nil) })
+}
+
+// buildCluster starts n nodes with start, each configured by configure (if
+// not nil) after the test defaults, and waits until they are all voters.
+// A node's first start that finds a port taken (freePort released it, and
+// another test's process may bind it before the node does) is tried again
+// on new ports: nothing knows its addresses yet.
+func buildCluster(t *testing.T, n int, T time.Duration, configure func(*manager.ServerConfig), start func(*cluster, *node) error) *cluster {
+	t.Helper()
 	c := &cluster{t: t, T: T}
 	for i := range n {
 		cfg := manager.DefaultServerConfig()
 		cfg.NodeID = fmt.Sprintf("m%d", i+1)
 		cfg.DataDir = t.TempDir()
-		cfg.RaftAddr, cfg.GRPCAddr, cfg.HTTPAddr = freePort(t), freePort(t), freePort(t)
 		cfg.LeaseDuration = T
 		cfg.HeartbeatInterval = T / 6
 		cfg.Namespaces = []manager.NamespaceConfig{{Name: testNS, RingSize: testRing}}
@@ -74,12 +85,24 @@ func newClusterWith(t *testing.T, n int, T time.Duration, configure func(*manage
 		if i > 0 {
 			cfg.Join = c.nodes[0].cfg.HTTPAddr
 		}
-		if configure != nil {
-			configure(&cfg)
-		}
-		nd := &node{cfg: cfg}
+		nd := &node{}
 		c.nodes = append(c.nodes, nd)
-		c.start(nd)
+		for try := 1; ; try++ {
+			cfg.RaftAddr, cfg.GRPCAddr, cfg.HTTPAddr = freePort(t), freePort(t), freePort(t)
+			if configure != nil {
+				configure(&cfg)
+			}
+			nd.cfg = cfg
+			err := start(c, nd)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, syscall.EADDRINUSE) || try == 3 {
+				t.Fatalf("starting %s: %v", cfg.NodeID, err)
+			}
+			t.Logf("starting %s: %v; again on new ports", cfg.NodeID, err)
+			cfg.DataDir = t.TempDir()
+		}
 		if i == 0 {
 			c.waitLeader()
 		}
@@ -101,6 +124,13 @@ func (c *cluster) start(nd *node) { startWith(c.t, c, nd, nil) }
 // observer of the FSM in front of it (which must forward to it).
 func startWith(t *testing.T, c *cluster, nd *node, wrap func(*xds.LeaseTable) manager.Observer) {
 	t.Helper()
+	if err := tryStart(c, nd, wrap); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryStart is startWith returning its error.
+func tryStart(c *cluster, nd *node, wrap func(*xds.LeaseTable) manager.Observer) error {
 	var srv *manager.Server
 	nd.lt = xds.NewLeaseTable(xds.LeaseTableConfig{Gate: func(ctx context.Context) error { return srv.CheckLeader(ctx) }})
 	cfg := nd.cfg
@@ -111,15 +141,16 @@ func startWith(t *testing.T, c *cluster, nd *node, wrap func(*xds.LeaseTable) ma
 	cfg.Heartbeat = nd.lt.Heartbeat
 	s, err := manager.NewServer(cfg)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	srv = s
 	if err := s.Start(nd.lt.Register); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	c.mu.Lock()
 	nd.srv = s
 	c.mu.Unlock()
+	return nil
 }
 
 func (c *cluster) kill(nd *node) {
@@ -367,4 +398,28 @@ func latencyBound(target time.Duration) time.Duration {
 		return 5 * target
 	}
 	return target
+}
+
+// TestBuildClusterRetriesTakenPort gives a node's first start a raft port
+// another listener holds, as another test's process could take a port
+// freePort released: the cluster must still come up, on new ports.
+func TestBuildClusterRetriesTakenPort(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	tries := 0
+	c := newClusterWith(t, 1, 2*time.Second, func(cfg *manager.ServerConfig) {
+		if tries++; tries == 1 {
+			cfg.RaftAddr = taken.Addr().String()
+		}
+	})
+	if tries != 2 {
+		t.Fatalf("configured %d times, want 2 (one start refused, one on new ports)", tries)
+	}
+	if got := c.nodes[0].cfg.RaftAddr; got == taken.Addr().String() {
+		t.Fatalf("the node kept the taken port %s", got)
+	}
 }

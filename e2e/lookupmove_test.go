@@ -24,42 +24,19 @@ import (
 // Lookups.
 func newServingCluster(t *testing.T, n int, T time.Duration) *cluster {
 	t.Helper()
-	c := &cluster{t: t, T: T}
-	for i := range n {
-		cfg := manager.DefaultServerConfig()
-		cfg.NodeID = fmt.Sprintf("m%d", i+1)
-		cfg.DataDir = t.TempDir()
-		cfg.RaftAddr, cfg.GRPCAddr, cfg.HTTPAddr = freePort(t), freePort(t), freePort(t)
-		cfg.LeaseDuration = T
-		cfg.HeartbeatInterval = T / 6
-		cfg.Namespaces = []manager.NamespaceConfig{{Name: testNS, RingSize: testRing}}
-		cfg.RaftHeartbeatTimeout = 200 * time.Millisecond
-		cfg.RaftElectionTimeout = 200 * time.Millisecond
-		cfg.RaftLeaderLeaseTimeout = 100 * time.Millisecond
-		if i > 0 {
-			cfg.Join = c.nodes[0].cfg.HTTPAddr
-		}
-		nd := &node{cfg: cfg}
-		c.nodes = append(c.nodes, nd)
-		startServing(t, c, nd)
-		if i == 0 {
-			c.waitLeader()
-		}
-	}
-	c.waitVoters(n)
-	t.Cleanup(func() {
-		for _, nd := range c.nodes {
-			if nd.srv != nil {
-				nd.srv.Kill()
-			}
-		}
-	})
-	return c
+	return buildCluster(t, n, T, nil, tryServing)
 }
 
 // startServing starts nd as cmd/fuge-manager starts a node.
 func startServing(t *testing.T, c *cluster, nd *node) {
 	t.Helper()
+	if err := tryServing(c, nd); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryServing is startServing returning its error.
+func tryServing(c *cluster, nd *node) error {
 	var srv *manager.Server
 	nd.lt = xds.NewLeaseTable(xds.LeaseTableConfig{Gate: func(ctx context.Context) error { return srv.CheckLookup(ctx) }})
 	cfg := nd.cfg
@@ -67,17 +44,18 @@ func startServing(t *testing.T, c *cluster, nd *node) {
 	cfg.Heartbeat = nd.lt.Heartbeat
 	s, err := manager.NewServer(cfg)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	srv = s
 	if err := s.Start(nd.lt.Register); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	// It ends when the node is killed.
 	go s.RunStandbyHeartbeats(context.Background(), nd.lt.Namespaces, nd.lt.Heartbeat)
 	c.mu.Lock()
 	nd.srv = s
 	c.mu.Unlock()
+	return nil
 }
 
 // tableWatch records every table a Lookup publishes and every loss upcall
