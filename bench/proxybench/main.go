@@ -22,6 +22,7 @@
 //
 //	go run ./bench/proxybench            # the full run, under 20 minutes
 //	go run ./bench/proxybench -quick     # one pair of each, under 3 minutes
+//	go run ./bench/proxybench -hold      # start everything, print addresses and PIDs, wait
 package main
 
 import (
