@@ -150,7 +150,9 @@ func run(args []string) int {
 		return 1
 	}
 	if cfg.hold {
-		os.RemoveAll(dir)
+		if *work == "" {
+			os.RemoveAll(dir)
+		}
 		return 0
 	}
 	rep.Took = time.Since(started)
