@@ -72,7 +72,13 @@ func (l *perIPListener) Accept() (net.Conn, error) {
 			c.Close()
 			continue
 		}
-		return &perIPConn{Conn: c, l: l, addr: a}, nil
+		pc := &perIPConn{Conn: c, l: l, addr: a}
+		if t, ok := c.(ipTexter); ok {
+			pc.ip = t.ipText()
+		} else {
+			pc.ip = a.AppendTo(nil)
+		}
+		return pc, nil
 	}
 }
 
@@ -91,8 +97,11 @@ type perIPConn struct {
 	net.Conn
 	l    *perIPListener
 	addr netip.Addr
+	ip   []byte // addr's text, for X-Forwarded-For
 	once sync.Once
 }
+
+func (c *perIPConn) ipText() []byte { return c.ip }
 
 func (c *perIPConn) Close() error {
 	c.once.Do(func() { c.l.release(c.addr) })
@@ -125,6 +134,9 @@ func (l rawListener) Accept() (net.Conn, error) {
 		return c, nil
 	}
 	r := &rawConn{Conn: tc, rc: rc}
+	if ta, ok := tc.RemoteAddr().(*net.TCPAddr); ok {
+		r.ip = appendIP(nil, ta.IP)
+	}
 	r.readFn, r.writeFn = r.readStep, r.writeStep
 	return r, nil
 }
@@ -142,6 +154,7 @@ func (l rawListener) Accept() (net.Conn, error) {
 type rawConn struct {
 	net.Conn
 	rc syscall.RawConn
+	ip []byte // the peer's address as text, for X-Forwarded-For (clientIP)
 
 	rb, wb          []byte // the buffer of the Read or Write in progress
 	rn, wn          int
@@ -186,6 +199,8 @@ func (d *lazyDeadline) fired(now int64) (time.Time, bool) {
 	}
 	return time.Unix(0, d.want), true
 }
+
+func (c *rawConn) ipText() []byte { return c.ip }
 
 func (c *rawConn) SetReadDeadline(t time.Time) error {
 	c.mu.Lock()

@@ -156,4 +156,28 @@
 // proves it (0 allocs/op; over TLS to the owner, crypto/tls allocates 24
 // bytes per record it reads, on each side); BenchmarkProxyTCP is the plain
 // case over loopback TCP with the process's CPU time per request.
+//
+// Where the CPU goes (perf and pprof of fuge-proxy on the bench's layout,
+// GOMAXPROCS=1 pinned, wrk -c64; go run ./bench/proxybench -hold keeps it
+// up): three quarters is the kernel's, most of it in the two writes (a
+// loopback write runs the receiver's TCP input and wakes it), then the
+// reads; the scheduler's two parks per request take about 5%, fasthttp's
+// parse and serialization about 6%, this package's code about 6%. A
+// request costs a read and a write on each side plus, under load, about
+// 0.44 client reads that find nothing: fasthttp reads again as soon as it
+// has answered, and RawConn.Read resets the poller's readiness before its
+// callback, so skipping that read could sleep through a pipelined
+// request. HAProxy, which reads only when epoll says so, makes none; that
+// is a large part of the difference in CPU per request. The Host
+// check reads the header instead of parsing the whole URI (hasHost), the
+// client's address is formatted once per connection, and the first
+// attempt starts at fasthttp's own clock read.
+//
+// Tail latency: a runtime trace under wrk -c1 (5 s, about 19,000
+// requests) shows the request's goroutine running within 0.6 µs of
+// becoming runnable at p99, and every other goroutine (the Lookup's
+// stream, gRPC, the GC's worker) running 6 ms in all, 304 µs at the
+// longest; the heap stays near 4 MB (one collection in 100 s of load).
+// So the p99 that one connection sees is made outside the proxy's
+// process: wake-ups, and the CPU it shares with the client and owners.
 package proxy

@@ -128,7 +128,7 @@ func FuzzRequestHeaders(f *testing.F) {
 		var req fasthttp.Request
 		h.CopyTo(&req.Header)
 		req.Header.Del(GenerationHeader)
-		setForwardedFor(&req, net.IPv4(192, 0, 2, 9), scan.forwardedFor, used)
+		setForwardedFor(&req, appendIP(nil, net.IPv4(192, 0, 2, 9)), scan.forwardedFor, used)
 		setGeneration(&req, 42, used)
 		if vs := req.Header.PeekAll(GenerationHeader); len(vs) != 1 || string(vs[0]) != strconv.Itoa(42) {
 			t.Errorf("Fuge-Generation after the stamp: %q, want [42]", vs)

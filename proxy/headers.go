@@ -52,6 +52,7 @@ type scratch struct {
 	kv    []byte                 // header names and values, copied, for a rebuild
 	spans []span                 // the headers in kv
 	xff   []byte                 // the new X-Forwarded-For
+	ip    []byte                 // the client's address, when its connection did not format it
 	gen   []byte                 // the Fuge-Generation value
 	req   fasthttp.RequestHeader // a copy to walk when AllInOrder cannot
 }
@@ -231,9 +232,10 @@ var (
 	generationKey   = []byte(GenerationHeader)
 )
 
-// setForwardedFor appends the client's address to X-Forwarded-For, joining
-// repeated headers into one; had tells whether the request has any.
-func setForwardedFor(req *fasthttp.Request, ip net.IP, had bool, s *scratch) {
+// setForwardedFor appends the client's address ip (text; clientIP) to
+// X-Forwarded-For, joining repeated headers into one; had tells whether
+// the request has any.
+func setForwardedFor(req *fasthttp.Request, ip []byte, had bool, s *scratch) {
 	const xff = "X-Forwarded-For"
 	s.xff = s.xff[:0]
 	if had {
@@ -242,12 +244,34 @@ func setForwardedFor(req *fasthttp.Request, ip net.IP, had bool, s *scratch) {
 		}
 		req.Header.Del(xff)
 	}
-	if a, ok := netip.AddrFromSlice(ip); ok {
-		s.xff = a.Unmap().AppendTo(s.xff)
-	} else {
-		s.xff = append(s.xff, "unknown"...)
-	}
+	s.xff = append(s.xff, ip...)
 	req.Header.SetCanonical(forwardedForKey, s.xff)
+}
+
+// ipTexter is a client connection that formatted its peer's address once,
+// when accepted (rawConn, perIPConn).
+type ipTexter interface{ ipText() []byte }
+
+// clientIP is the client's address as X-Forwarded-For shows it: the
+// connection's, formatted when it was accepted, or formatted now into s
+// for connections that are not TCP ("unknown" when there is none).
+func clientIP(ctx *fasthttp.RequestCtx, s *scratch) []byte {
+	if c, ok := ctx.Conn().(ipTexter); ok {
+		if ip := c.ipText(); ip != nil {
+			return ip
+		}
+	}
+	s.ip = appendIP(s.ip[:0], ctx.RemoteIP())
+	return s.ip
+}
+
+// appendIP appends ip's text, IPv4-mapped addresses as IPv4, "unknown" for
+// no address.
+func appendIP(b []byte, ip net.IP) []byte {
+	if a, ok := netip.AddrFromSlice(ip); ok {
+		return a.Unmap().AppendTo(b)
+	}
+	return append(b, "unknown"...)
 }
 
 // setGeneration stamps the lease generation on the request.

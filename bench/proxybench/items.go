@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fuge-project/fuge/ownerguard"
@@ -101,6 +103,9 @@ func (b *bench) runItems(ctx context.Context, rep *report) error {
 	rep.Targets = nil
 	for _, t := range targets {
 		rep.Targets = append(rep.Targets, t.name)
+	}
+	if b.cfg.hold {
+		return b.holdTargets(ctx, targets)
 	}
 
 	log.Printf("1. throughput and CPU per request")
@@ -235,4 +240,26 @@ func (b *bench) managerScale() (string, error) {
 	cmd.Stderr = logf
 	table, err := cmd.Output()
 	return strings.TrimSpace(string(table)), err
+}
+
+// holdTargets prints the targets, the manager and the backends, and waits
+// for SIGINT or SIGTERM (-hold): the pool as the measurements see it, for
+// wrk, perf or pprof by hand (taskset -c 1 wrk ... keeps the layout).
+func (b *bench) holdTargets(ctx context.Context, targets []*target) error {
+	for _, t := range targets {
+		pid := 0
+		if t.p != nil {
+			pid = t.p.pid()
+		}
+		fmt.Printf("hold: target %-30s %s pid %d\n", t.name, t.addr, pid)
+	}
+	for _, be := range b.backends {
+		fmt.Printf("hold: backend %s %s (tls %s) pid %d\n", be.name, be.addr, be.tlsAddr, be.p.pid())
+	}
+	fmt.Printf("hold: fuge-manager grpc %s admin https://%s pid %d; certificates in %s; binaries in %s\n", b.mgrGRPC, b.mgrHTTP, b.mgr.pid(), b.certs, b.bin)
+	fmt.Println("hold: waiting for SIGINT or SIGTERM")
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	return nil
 }

@@ -22,6 +22,7 @@
 //
 //	go run ./bench/proxybench            # the full run, under 20 minutes
 //	go run ./bench/proxybench -quick     # one pair of each, under 3 minutes
+//	go run ./bench/proxybench -hold      # start everything, print addresses and PIDs, wait
 package main
 
 import (
@@ -50,6 +51,7 @@ type config struct {
 	churnEvery, churnDown time.Duration // a restart every, and how long the server stays down
 	moveSteady, moveAfter time.Duration
 	managerScale          bool
+	hold                  bool // start the pool and the targets, print them and wait for a signal
 }
 
 func fullConfig() config {
@@ -104,6 +106,7 @@ func run(args []string) int {
 	quick := fs.Bool("quick", false, "one pair of each, short runs, no managerscale (under 3 minutes)")
 	out := fs.String("out", "bench/results", "directory for the report (a dated subdirectory is made; -quick: <date>/quick)")
 	work := fs.String("work", "", "directory for logs, configurations and histories (default: a new temporary one, kept on failure)")
+	hold := fs.Bool("hold", false, "start the manager, backends and targets, print their addresses and PIDs, and wait for SIGINT or SIGTERM without measuring (for profiling by hand; writes no report)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -125,6 +128,7 @@ func run(args []string) int {
 	if *quick {
 		cfg = quickConfig()
 	}
+	cfg.hold = *hold
 	for _, c := range []string{"haproxy", "nginx", "wrk"} {
 		if !hasCommand(c) {
 			fmt.Fprintf(os.Stderr, "proxybench: %s is not installed (scripts/bench.sh installs it)\n", c)
@@ -144,6 +148,12 @@ func run(args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "proxybench: %v (logs in %s)\n", err, dir)
 		return 1
+	}
+	if cfg.hold {
+		if *work == "" {
+			os.RemoveAll(dir)
+		}
+		return 0
 	}
 	rep.Took = time.Since(started)
 	outDir := filepath.Join(*out, time.Now().Format("2006-01-02"))
