@@ -207,9 +207,20 @@ func (c *cluster) grpcAddrs() []string {
 // eventually polls cond until it holds or the test timeout passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	eventuallyState(t, what, cond, nil)
+}
+
+// eventuallyState is eventually, whose failure also says what state
+// returns (if not nil), so that a timeout under load can be told from a
+// stuck system.
+func eventuallyState(t *testing.T, what string, cond func() bool, state func() string) {
+	t.Helper()
 	deadline := time.Now().Add(defaultTestTimeout)
 	for !cond() {
 		if time.Now().After(deadline) {
+			if state != nil {
+				t.Fatalf("timed out waiting for %s: %s", what, state())
+			}
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(2 * time.Millisecond) // polling interval, not a guess at a duration
