@@ -93,16 +93,19 @@ func (f *fsm) Apply(l *raft.Log) any {
 	f.mu.Unlock()
 	f.events.publish(evs)
 	if f.observer != nil {
+		// Rings first: a created namespace's ring tells the lease table
+		// its ring size, which sizes the blocks its first view is served
+		// in (RingObserver).
+		if ro, ok := f.observer.(RingObserver); ok {
+			for _, r := range rings {
+				ro.NamespaceRing(r.ns, r.view, l.Index)
+			}
+		}
 		for _, v := range views {
 			f.observer.NamespaceView(v.ns, v.entries, v.lsn)
 		}
 		if deleted != "" {
 			f.observer.NamespaceDeleted(deleted)
-		}
-		if ro, ok := f.observer.(RingObserver); ok {
-			for _, r := range rings {
-				ro.NamespaceRing(r.ns, r.view, l.Index)
-			}
 		}
 	}
 	if f.onApply != nil {
@@ -311,15 +314,15 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 			}
 		}
 		states := f.states()
-		for _, s := range states {
-			f.observer.NamespaceView(s.Config.Name, s.Entries, s.LSN)
-		}
 		if ro, ok := f.observer.(RingObserver); ok {
 			for _, s := range states {
 				if v, err := s.RingView(); err == nil {
 					ro.NamespaceRing(s.Config.Name, v, st.Index)
 				}
 			}
+		}
+		for _, s := range states {
+			f.observer.NamespaceView(s.Config.Name, s.Entries, s.LSN)
 		}
 	}
 	return nil
