@@ -74,6 +74,7 @@ func main() {
 	kind := flag.String("restart-kind", "crash", "how an owner restarts during churn: crash (its process dies: the manager is not told, as in PRS §7.1) or clean (Close: a clean leave, its arcs move to the others and back)")
 	memLimit := flag.String("memory-limit", "", "passed to fuge-manager --memory-limit (empty: Go's default)")
 	perConn := flag.Int("streams-per-conn", 10, "lookup streams multiplexed onto one TCP connection (lb.ConnPool); 1: a connection per lookup, as separate routers would have")
+	full := flag.Int("full-lookups", 10, "how many of the lookups are lb.Lookups, which decode, hold and check the whole table; the others are light: a real Lookup stream each that acknowledges like one but keeps only each block's version (light.go); -1: all full (a full table per lookup: many GB at R=65536)")
 	profDir := flag.String("profiles", "", "start the manager with --pprof and save its heap and allocs profiles into this directory after start-up, steady and churn")
 	markdown := flag.String("markdown", "", "also write the table, in markdown, to this file")
 	flag.Parse()
@@ -83,6 +84,9 @@ func main() {
 	}
 	if *perConn < 1 {
 		log.Fatalf("-streams-per-conn %d: want at least 1", *perConn)
+	}
+	if *full < -1 {
+		log.Fatalf("-full-lookups %d: want -1 or more", *full)
 	}
 	if *changes < 0 {
 		log.Fatalf("-changes %d: want 0 or more", *changes)
@@ -99,7 +103,7 @@ func main() {
 		log.Fatalf("-ring %q: want at least one ring size", *rings)
 	}
 	cfg := config{owners: *owners, lookups: *lookups, nodes: *nodes, steady: *steady, churn: *churn, every: *every,
-		changes: *changes, lease: *leaseT, seed: *seed, memLimit: *memLimit, kind: *kind, profDir: *profDir, perConn: *perConn}
+		changes: *changes, lease: *leaseT, seed: *seed, memLimit: *memLimit, kind: *kind, profDir: *profDir, perConn: *perConn, full: *full}
 	if err := runAll(cfg, rs, *markdown); err != nil {
 		log.Fatal(err)
 	}
@@ -163,6 +167,7 @@ type config struct {
 	seed                    uint64
 	memLimit, kind, profDir string
 	perConn                 int // lookup streams per connection
+	full                    int // lookups that are lb.Lookups; -1: all
 }
 
 // result is one run's figures.
@@ -267,6 +272,7 @@ func run(cfg config, bin, dir string) (result, error) {
 	}
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(dialer)}
 	p := &pool{managers: managers, dial: dial, lease: leaseT, cleanRestarts: kind == "clean"}
+	p.watch.Store(-1)
 	if cfg.perConn > 1 {
 		// Lookups share connections; each keeps a stream of its own.
 		var err error
@@ -298,8 +304,17 @@ func run(cfg config, bin, dir string) (result, error) {
 	if profDir != "" {
 		stopCPU = cpuProfiles(httpAddr, profDir, fmt.Sprintf("R%d.startup", ringSize))
 	}
+	nFull := nLookups
+	if cfg.full >= 0 {
+		nFull = min(cfg.full, nLookups)
+	}
 	for i := range nLookups {
-		p.lookups = append(p.lookups, p.newLookup(ctx, fmt.Sprintf("lookup-%05d", i)))
+		name := fmt.Sprintf("lookup-%05d", i)
+		if i < nFull {
+			p.lookups = append(p.lookups, p.newLookup(ctx, name))
+		} else {
+			p.light = append(p.light, p.newLight(name))
+		}
 	}
 	started := time.Since(t0)
 	readyAt := p.readyTimes(t0)
@@ -470,8 +485,10 @@ type pool struct {
 	conns    *lb.ConnPool // shared by the lookups; nil: a connection each
 	lease    time.Duration
 	owners   []*ownerguard.Owner
-	lookups  []*lb.Lookup
-	retired  counters // counts of clients closed by restarts
+	lookups  []*lb.Lookup   // full lookups
+	light    []*lightLookup // the others
+	watch    atomic.Int64   // the block light lookups time the arrival of (timeChanges), -1 for none
+	retired  counters       // counts of clients closed by restarts
 	// cleanRestarts restarts owners with Close (a clean leave) instead of
 	// Abandon (a crash).
 	cleanRestarts bool
@@ -509,6 +526,10 @@ func (p *pool) newLookup(ctx context.Context, name string) *lb.Lookup {
 	return l
 }
 
+func (p *pool) newLight(name string) *lightLookup {
+	return startLight(name, p.managers, p.conns, p.dial, &p.watch)
+}
+
 func (p *pool) waitReady(limit time.Duration) error {
 	deadline := time.After(limit)
 	for i, o := range p.owners {
@@ -518,7 +539,7 @@ func (p *pool) waitReady(limit time.Duration) error {
 			return fmt.Errorf("owner %d not ready after %v", i, limit)
 		}
 	}
-	for i, l := range p.lookups {
+	for i, l := range p.readiers() {
 		select {
 		case <-l.Ready():
 		case <-deadline:
@@ -528,13 +549,26 @@ func (p *pool) waitReady(limit time.Duration) error {
 	return nil
 }
 
+// readiers are every lookup, full and light.
+func (p *pool) readiers() []interface{ Ready() <-chan struct{} } {
+	out := make([]interface{ Ready() <-chan struct{} }, 0, len(p.lookups)+len(p.light))
+	for _, l := range p.lookups {
+		out = append(out, l)
+	}
+	for _, l := range p.light {
+		out = append(out, l)
+	}
+	return out
+}
+
 // readyTimes records when each lookup applies its first table, from t0;
 // the function it returns waits for them all and returns the times,
 // sorted.
 func (p *pool) readyTimes(t0 time.Time) func() []time.Duration {
-	times := make([]time.Duration, len(p.lookups))
+	all := p.readiers()
+	times := make([]time.Duration, len(all))
 	var wg sync.WaitGroup
-	for i, l := range p.lookups {
+	for i, l := range all {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -554,7 +588,7 @@ func (p *pool) readyTimes(t0 time.Time) func() []time.Duration {
 func (p *pool) restartOne(ctx context.Context, rnd *rand.Rand) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	k := rnd.IntN(len(p.owners) + len(p.lookups))
+	k := rnd.IntN(len(p.owners) + len(p.lookups) + len(p.light))
 	if k < len(p.owners) {
 		st := p.owners[k].Stats()
 		p.retired.ownerReconnects += st.Reconnects
@@ -568,6 +602,17 @@ func (p *pool) restartOne(ctx context.Context, rnd *rand.Rand) {
 		return
 	}
 	k -= len(p.owners)
+	if k >= len(p.lookups) {
+		k -= len(p.lookups)
+		l := p.light[k]
+		u, h, r := l.stats()
+		p.retired.lookupUpdates += u
+		p.retired.heartbeats += h
+		p.retired.lookupReconnects += r
+		l.Close()
+		p.light[k] = p.newLight(l.name)
+		return
+	}
 	st := p.lookups[k].Stats()
 	p.retired.lookupReconnects += st.Reconnects
 	p.retired.lookupUpdates += st.Updates
@@ -596,13 +641,25 @@ func (p *pool) waitLookups(httpAddr string, limit time.Duration) error {
 					return false
 				}
 			})
-			if len(pending) == 0 {
+			if len(pending) == 0 && p.lightReady() {
 				return nil
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("lookups not converged after %v", limit)
+}
+
+// lightReady reports whether every light lookup holds every block.
+func (p *pool) lightReady() bool {
+	for _, l := range p.light {
+		select {
+		case <-l.Ready():
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // counters sums the clients' protocol counters.
@@ -623,6 +680,12 @@ func (p *pool) counters() counters {
 		c.lookupUpdates += st.Updates
 		c.heartbeats += st.Heartbeats
 	}
+	for _, l := range p.light {
+		u, h, r := l.stats()
+		c.lookupUpdates += u
+		c.heartbeats += h
+		c.lookupReconnects += r
+	}
 	return c
 }
 
@@ -641,6 +704,9 @@ func (c counters) String() string {
 // change to whatever lookups remain, for a manager about to be stopped.
 func (p *pool) close() {
 	for _, l := range p.lookups {
+		l.Close()
+	}
+	for _, l := range p.light {
 		l.Close()
 	}
 	for _, o := range p.owners {
