@@ -17,9 +17,16 @@
 // lookups are given every node's address (owners follow the leader,
 // lookups start at a node at random and are served by standbys too), and
 // the table has a row per node. Lookups share TCP connections
-// (-streams-per-conn, lb.ConnPool), each with a stream of its own that
-// receives and applies the whole table; -streams-per-conn 1 gives each its
-// own connection, as separate routers would have. -markdown FILE writes the
+// (-streams-per-conn, lb.ConnPool), each with a stream of its own;
+// -streams-per-conn 1 gives each its own connection, as separate routers
+// would have. Of the lookups, -full-lookups (10) are lb.Lookups, which
+// decode, hold and check the whole table; the others are light (light.go):
+// a real Lookup stream each, acknowledged and resumed as lb.Lookup does,
+// keeping only each block's version, so that 20,000 of them at R = 65536
+// do not take the generator to tens of GB. Generated owners all connect
+// from 127.0.0.1, so the manager is started with --session-burst at the
+// owner count (-session-burst; its per-client default, 1,000 then 100 a
+// second, would pace 5,000 owners over 40 s). -markdown FILE writes the
 // table in markdown. Each run ends with one line a script can read (with
 // several nodes, each figure is the largest node's):
 //
@@ -74,6 +81,7 @@ func main() {
 	kind := flag.String("restart-kind", "crash", "how an owner restarts during churn: crash (its process dies: the manager is not told, as in PRS §7.1) or clean (Close: a clean leave, its arcs move to the others and back)")
 	memLimit := flag.String("memory-limit", "", "passed to fuge-manager --memory-limit (empty: Go's default)")
 	perConn := flag.Int("streams-per-conn", 10, "lookup streams multiplexed onto one TCP connection (lb.ConnPool); 1: a connection per lookup, as separate routers would have")
+	burst := flag.Int("session-burst", -1, "passed to fuge-manager --session-burst: every generated owner connects from 127.0.0.1, which the manager's per-client session bucket (1,000 at once, then 100 a second) would pace; -1: the owner count, at least 1,000; 0: the manager's default")
 	full := flag.Int("full-lookups", 10, "how many of the lookups are lb.Lookups, which decode, hold and check the whole table; the others are light: a real Lookup stream each that acknowledges like one but keeps only each block's version (light.go); -1: all full (a full table per lookup: many GB at R=65536)")
 	profDir := flag.String("profiles", "", "start the manager with --pprof and save its heap and allocs profiles into this directory after start-up, steady and churn")
 	markdown := flag.String("markdown", "", "also write the table, in markdown, to this file")
@@ -84,6 +92,12 @@ func main() {
 	}
 	if *perConn < 1 {
 		log.Fatalf("-streams-per-conn %d: want at least 1", *perConn)
+	}
+	if *burst < -1 {
+		log.Fatalf("-session-burst %d: want -1 or more", *burst)
+	}
+	if *burst == -1 {
+		*burst = max(*owners, 1000)
 	}
 	if *full < -1 {
 		log.Fatalf("-full-lookups %d: want -1 or more", *full)
@@ -103,7 +117,7 @@ func main() {
 		log.Fatalf("-ring %q: want at least one ring size", *rings)
 	}
 	cfg := config{owners: *owners, lookups: *lookups, nodes: *nodes, steady: *steady, churn: *churn, every: *every,
-		changes: *changes, lease: *leaseT, seed: *seed, memLimit: *memLimit, kind: *kind, profDir: *profDir, perConn: *perConn, full: *full}
+		changes: *changes, lease: *leaseT, seed: *seed, memLimit: *memLimit, kind: *kind, profDir: *profDir, perConn: *perConn, full: *full, burst: *burst}
 	if err := runAll(cfg, rs, *markdown); err != nil {
 		log.Fatal(err)
 	}
@@ -122,7 +136,7 @@ type managerNode struct {
 
 // startManager starts node id, joining the cluster at join (an admin
 // address) unless join is empty.
-func startManager(bin, dir, id, join string, leaseT time.Duration, memLimit string, pprof bool) (*managerNode, error) {
+func startManager(bin, dir, id, join string, leaseT time.Duration, memLimit string, burst int, pprof bool) (*managerNode, error) {
 	n := &managerNode{id: id, grpc: freePort(), http: freePort()}
 	args := []string{"--data-dir", filepath.Join(dir, "data-"+id), "--node-id", id,
 		"--raft-addr", freePort(), "--grpc-addr", n.grpc, "--http-addr", n.http,
@@ -136,6 +150,9 @@ func startManager(bin, dir, id, join string, leaseT time.Duration, memLimit stri
 	}
 	if memLimit != "" {
 		args = append(args, "--memory-limit", memLimit)
+	}
+	if burst > 0 {
+		args = append(args, "--session-burst", strconv.Itoa(burst))
 	}
 	if pprof {
 		args = append(args, "--pprof")
@@ -168,6 +185,7 @@ type config struct {
 	memLimit, kind, profDir string
 	perConn                 int // lookup streams per connection
 	full                    int // lookups that are lb.Lookups; -1: all
+	burst                   int // fuge-manager --session-burst; 0: its default
 }
 
 // result is one run's figures.
@@ -233,7 +251,7 @@ func run(cfg config, bin, dir string) (result, error) {
 		if i > 0 {
 			join = nodes[0].http
 		}
-		n, err := startManager(bin, dir, fmt.Sprintf("m%d", i+1), join, leaseT, memLimit, profDir != "" && i == 0)
+		n, err := startManager(bin, dir, fmt.Sprintf("m%d", i+1), join, leaseT, memLimit, cfg.burst, profDir != "" && i == 0)
 		if err != nil {
 			return res, err
 		}
