@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log"
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
@@ -107,7 +108,10 @@ const adsMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaA
 // stream runs one stream to addr until it ends; got reports whether a
 // response arrived, leader is the stream's "fuge-leader" trailer.
 func (l *lightLookup) stream(ctx context.Context, addr string) (leader string, got bool) {
-	leader, got, _ = l.streamErr(ctx, addr)
+	leader, got, err := l.streamErr(ctx, addr)
+	if err != nil && ctx.Err() == nil && l.reconnects.Load() < 3 {
+		log.Printf("%s: stream to %s ended: %v", l.name, addr, err)
+	}
 	return leader, got
 }
 

@@ -47,6 +47,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,11 +83,17 @@ func main() {
 	memLimit := flag.String("memory-limit", "", "passed to fuge-manager --memory-limit (empty: Go's default)")
 	perConn := flag.Int("streams-per-conn", 10, "lookup streams multiplexed onto one TCP connection (lb.ConnPool); 1: a connection per lookup, as separate routers would have")
 	burst := flag.Int("session-burst", -1, "passed to fuge-manager --session-burst: every generated owner connects from 127.0.0.1, which the manager's per-client session bucket (1,000 at once, then 100 a second) would pace; -1: the owner count, at least 1,000; 0: the manager's default")
+	genMem := flag.Int("generator-memory-mb", 6144, "soft memory limit of this load generator (not of the managers), in MB: its lookups receive every table whole as they connect, 3.7 MB each at R=65536, and without a limit its garbage piles up; 0: Go's default")
 	full := flag.Int("full-lookups", 10, "how many of the lookups are lb.Lookups, which decode, hold and check the whole table; the others are light: a real Lookup stream each that acknowledges like one but keeps only each block's version (light.go); -1: all full (a full table per lookup: many GB at R=65536)")
 	profDir := flag.String("profiles", "", "start the manager with --pprof and save its heap and allocs profiles into this directory after start-up, steady and churn")
 	markdown := flag.String("markdown", "", "also write the table, in markdown, to this file")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
+	if *genMem > 0 {
+		// Set in-process, not through GOMEMLIMIT, which the managers
+		// would inherit.
+		debug.SetMemoryLimit(int64(*genMem) << 20)
+	}
 	if *kind != "crash" && *kind != "clean" {
 		log.Fatalf("-restart-kind %q: want crash or clean", *kind)
 	}
@@ -373,8 +380,14 @@ func run(cfg config, bin, dir string) (result, error) {
 	rnd := rand.New(rand.NewPCG(seed, 0))
 	if cfg.changes > 0 {
 		log.Printf("timing %d changes until every lookup has seen each", cfg.changes)
+		stopCPU := func() {}
+		if profDir != "" {
+			stopCPU = cpuProfiles(httpAddr, profDir, fmt.Sprintf("R%d.changes", ringSize))
+		}
 		var err error
-		if res.conv, err = p.timeChanges(ctx, httpAddr, cfg.changes, rnd, 5*time.Minute); err != nil {
+		res.conv, err = p.timeChanges(ctx, httpAddr, cfg.changes, rnd, 5*time.Minute)
+		stopCPU()
+		if err != nil {
 			return res, err
 		}
 		log.Printf("convergence: %v", res.conv)
