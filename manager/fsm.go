@@ -224,7 +224,9 @@ func (f *fsm) apply(c command) (res any, views []viewNote, deleted string) {
 			}
 			f.pending = append(f.pending, evs...)
 			if len(cm.Changes) > 0 {
-				views = append(views, viewNote{cm.Namespace, slices.Clone(st.Entries), st.LSN})
+				// Apply made st.Entries anew and never modifies it: the
+				// observer shares it (a copy was 3.7 MB a commit at R = 65536).
+				views = append(views, viewNote{cm.Namespace, st.Entries, st.LSN})
 			}
 		}
 		return nil, views, ""
