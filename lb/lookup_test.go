@@ -530,6 +530,42 @@ func TestXDSStaleness(t *testing.T) {
 	checkLoss(t, waitLoss(t, losses), false, rg(2*q, 3*q))
 }
 
+// A block whose bit count or number is out of bounds NACKs its response,
+// and nothing of the response is applied: not the good block sent with it
+// either.
+func TestXDSNACKBlockBounds(t *testing.T) {
+	d := wire.BlockOf(quarters[3].Range.End, testBits)
+	for _, tc := range []struct {
+		name string
+		num  uint32
+		blk  *fugev1.ArcBlock
+	}{
+		{"too many bits", 0, wire.ArcBlock(ns, wire.MaxBlockBits+1, 0, nil)},
+		{"too few bits", 0, wire.ArcBlock(ns, wire.MinBlockBits-1, 0, nil)},
+		{"no bit count", 0, &fugev1.ArcBlock{Namespace: ns}},
+		{"block past the last", testBlocks, wire.ArcBlock(ns, testBits, testBlocks, nil)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newXDSServer(t, ns, quarters...)
+			l, losses := startLookup(t, []string{srv.Addr()}, nil)
+			waitReady(t, l)
+			srv.publish(map[uint32]*fugev1.ArcBlock{
+				d:      wire.ArcBlock(ns, testBits, d, []lease.Entry{ent(3*q, 0, "d", 9)}),
+				tc.num: tc.blk,
+			})
+			srv.wait("a NACK", func(log []record, _ int) bool {
+				return slices.ContainsFunc(log, func(r record) bool { return r.req != nil && r.req.ErrorDetail != nil })
+			})
+			checkAt(t, l, 3*q+1, quarters[3])
+			checkAt(t, l, 1, quarters[0])
+			noLoss(t, losses)
+			if st := l.Stats(); st.NACKs == 0 || l.Version() != 1 {
+				t.Fatalf("stats %+v, version %d: want a NACK and the first table still", st, l.Version())
+			}
+		})
+	}
+}
+
 func TestXDSNACK(t *testing.T) {
 	srv := newXDSServer(t, ns, quarters...)
 	l, losses := startLookup(t, []string{srv.Addr()}, nil)
