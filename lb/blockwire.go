@@ -14,7 +14,7 @@ import (
 
 // Field numbers of fuge.v1.ArcBlock, Arc and Range.
 const (
-	blockNamespace, blockNumber, blockArcs            = 1, 2, 3
+	blockNamespace, blockNumber, blockArcs, blockBits = 1, 2, 3, 10
 	arcNamespace, arcRange, arcOwner, arcAddr, arcGen = 1, 2, 3, 4, 5
 	arcMigratedFrom                                   = 6
 	rangeStart, rangeEnd                              = 1, 2
@@ -28,18 +28,18 @@ var errWire = errors.New("malformed protobuf")
 // (4,096 arcs at the default ring size) each time it connects; through the
 // generated messages that was four allocations per arc. Owner names and
 // addresses repeat across arcs: intern gives each distinct one a single
-// string (nil: no interning).
-func decodeArcBlock(ns string, b []byte, intern *interner) (uint32, []lease.Entry, error) {
+// string (nil: no interning). It returns the block's number, its bit
+// count (both checked by wire.ValidBlock) and its arcs.
+func decodeArcBlock(ns string, b []byte, intern *interner) (uint32, uint32, []lease.Entry, error) {
 	return decodeArcBlockTo(nil, ns, b, intern)
 }
 
 // decodeArcBlockTo is decodeArcBlock appending the block's arcs to dst:
 // it returns dst extended, the block's arcs being its tail from len(dst).
 // A nil dst is allocated for the block.
-func decodeArcBlockTo(dst []lease.Entry, ns string, b []byte, intern *interner) (uint32, []lease.Entry, error) {
+func decodeArcBlockTo(dst []lease.Entry, ns string, b []byte, intern *interner) (block, bits uint32, _ []lease.Entry, _ error) {
 	var (
 		gotNS   string
-		block   uint32
 		noRange = -1 // the first arc without a range
 	)
 	if dst == nil {
@@ -51,31 +51,37 @@ func decodeArcBlockTo(dst []lease.Entry, ns string, b []byte, intern *interner) 
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return 0, nil, errWire
+			return 0, 0, nil, errWire
 		}
 		b = b[n:]
 		switch {
 		case num == blockNamespace && typ == protowire.BytesType:
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 || !utf8.Valid(v) {
-				return 0, nil, errWire
+				return 0, 0, nil, errWire
 			}
 			gotNS, b = string(v), b[n:]
 		case num == blockNumber && typ == protowire.VarintType:
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
-				return 0, nil, errWire
+				return 0, 0, nil, errWire
 			}
-			block, b = uint32(v), b[n:]
+			block, b = uint32(v), b[n:] // truncated, as proto.Unmarshal does
+		case num == blockBits && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return 0, 0, nil, errWire
+			}
+			bits, b = uint32(v), b[n:]
 		case num == blockArcs && typ == protowire.BytesType:
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
-				return 0, nil, errWire
+				return 0, 0, nil, errWire
 			}
 			b = b[n:]
 			e, ok, err := decodeArc(v, intern)
 			if err != nil {
-				return 0, nil, err
+				return 0, 0, nil, err
 			}
 			if !ok && noRange < 0 {
 				noRange = len(out) - first
@@ -84,7 +90,7 @@ func decodeArcBlockTo(dst []lease.Entry, ns string, b []byte, intern *interner) 
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, b)
 			if n < 0 {
-				return 0, nil, errWire
+				return 0, 0, nil, errWire
 			}
 			b = b[n:]
 		}
@@ -92,23 +98,23 @@ func decodeArcBlockTo(dst []lease.Entry, ns string, b []byte, intern *interner) 
 	// Checked once the whole message is parsed, as EntriesFromBlock does
 	// after proto.Unmarshal: the block's number may follow its arcs.
 	if gotNS != ns {
-		return 0, nil, fmt.Errorf("%w: block of namespace %q, want %q", wire.ErrMalformed, gotNS, ns)
+		return 0, 0, nil, fmt.Errorf("%w: block of namespace %q, want %q", wire.ErrMalformed, gotNS, ns)
 	}
-	if block >= wire.Blocks {
-		return 0, nil, fmt.Errorf("%w: block %d of %d", wire.ErrMalformed, block, wire.Blocks)
+	if err := wire.ValidBlock(bits, block); err != nil {
+		return 0, 0, nil, err
 	}
 	for i, e := range out[first:] {
 		if i == noRange {
-			return 0, nil, fmt.Errorf("%w: missing range", wire.ErrMalformed)
+			return 0, 0, nil, fmt.Errorf("%w: missing range", wire.ErrMalformed)
 		}
 		if e.Owner != "" && e.Addr == "" {
-			return 0, nil, fmt.Errorf("%w: arc %v held by %q without an address", wire.ErrMalformed, e.Range, e.Owner)
+			return 0, 0, nil, fmt.Errorf("%w: arc %v held by %q without an address", wire.ErrMalformed, e.Range, e.Owner)
 		}
-		if wire.BlockOf(e.Range.End) != block {
-			return 0, nil, fmt.Errorf("%w: arc %v is not in block %d", wire.ErrMalformed, e.Range, block)
+		if wire.BlockOf(e.Range.End, bits) != block {
+			return 0, 0, nil, fmt.Errorf("%w: arc %v is not in block %d", wire.ErrMalformed, e.Range, block)
 		}
 	}
-	return block, out, nil
+	return block, bits, out, nil
 }
 
 // countArcs counts the arcs of an encoded fuge.v1.ArcBlock (its field 3),

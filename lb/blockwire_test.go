@@ -19,27 +19,37 @@ import (
 
 // oracleBlock decodes an ArcBlock the way decodeArcBlock replaces: through
 // the generated message and wire.EntriesFromBlock.
-func oracleBlock(ns string, b []byte) (uint32, []lease.Entry, error) {
+func oracleBlock(ns string, b []byte) (uint32, uint32, []lease.Entry, error) {
 	var blk fugev1.ArcBlock
 	if err := proto.Unmarshal(b, &blk); err != nil {
-		return 0, nil, err
+		return 0, 0, nil, err
 	}
 	es, err := wire.EntriesFromBlock(ns, &blk)
-	return blk.Block, es, err
+	return blk.Block, blk.BlockBits, es, err
 }
 
 // randomBlock is the encoding of an ArcBlock with arcs in block b, or of
 // something close to one: a wrong namespace, an arc outside the block, an
-// arc without a range or an address, fields repeated, unknown fields.
+// arc without a range or an address, a bit count or block number out of
+// bounds, fields repeated, unknown fields.
 func randomBlock(rnd *rand.Rand) []byte {
-	b := uint32(rnd.IntN(wire.Blocks + 1))
+	bits := wire.MinBlockBits + uint32(rnd.IntN(wire.MaxBlockBits-wire.MinBlockBits+1))
+	switch rnd.IntN(20) {
+	case 0:
+		bits = 0 // missing
+	case 1:
+		bits = wire.MinBlockBits - 1
+	case 2:
+		bits = wire.MaxBlockBits + 1
+	}
+	b := uint32(rnd.IntN(1<<min(bits, wire.MaxBlockBits) + 1)) // one past the last, sometimes
 	ns := "ns"
 	if rnd.IntN(10) == 0 {
 		ns = "other"
 	}
-	blk := &fugev1.ArcBlock{Namespace: ns, Block: b}
+	blk := &fugev1.ArcBlock{Namespace: ns, Block: b, BlockBits: bits}
 	for i := range rnd.IntN(8) {
-		end := uint64(b)<<58 | rnd.Uint64()>>6
+		end := uint64(b)<<(64-max(bits, 1)) | rnd.Uint64()>>max(bits, 1)
 		if rnd.IntN(20) == 0 {
 			end = rnd.Uint64()
 		}
@@ -65,7 +75,11 @@ func randomBlock(rnd *rand.Rand) []byte {
 	switch rnd.IntN(6) {
 	case 0: // a field of the block repeated: the last one wins
 		out = protowire.AppendTag(out, 2, protowire.VarintType)
-		out = protowire.AppendVarint(out, uint64(rnd.IntN(wire.Blocks)))
+		out = protowire.AppendVarint(out, uint64(rnd.IntN(testBlocks)))
+		if rnd.IntN(2) == 0 { // and the bit count, perhaps far out of bounds
+			out = protowire.AppendTag(out, 10, protowire.VarintType)
+			out = protowire.AppendVarint(out, []uint64{wire.MaxBlockBits, 1 << 33, 64}[rnd.IntN(3)])
+		}
 	case 1: // an unknown field, and a known one with another wire type
 		out = protowire.AppendTag(out, 9, protowire.BytesType)
 		out = protowire.AppendBytes(out, []byte("x"))
@@ -98,13 +112,13 @@ func TestDecodeArcBlockMatchesProto(t *testing.T) {
 
 func checkAgainstOracle(t *testing.T, i int, b []byte) {
 	t.Helper()
-	wb, want, werr := oracleBlock("ns", b)
-	gb, got, gerr := decodeArcBlock("ns", b, newInterner())
+	wb, wbits, want, werr := oracleBlock("ns", b)
+	gb, gbits, got, gerr := decodeArcBlock("ns", b, newInterner())
 	if (werr == nil) != (gerr == nil) {
 		t.Fatalf("case %d (%x): error %v, the generated decoder's %v", i, b, gerr, werr)
 	}
-	if werr == nil && (gb != wb || !slices.Equal(got, want)) {
-		t.Fatalf("case %d: block %d %v, want block %d %v", i, gb, got, wb, want)
+	if werr == nil && (gb != wb || gbits != wbits || !slices.Equal(got, want)) {
+		t.Fatalf("case %d: block %d of bits %d %v, want block %d of %d %v", i, gb, gbits, got, wb, wbits, want)
 	}
 }
 
@@ -124,22 +138,22 @@ func BenchmarkDecodeBlocks(b *testing.B) {
 		owners = append(owners, fmt.Sprintf("owner-%04d", i))
 	}
 	_, es := ringEntries(b, 4096, 7, owners...)
-	var blocks [wire.Blocks][]byte
-	for blk := range uint32(wire.Blocks) {
+	var blocks [testBlocks][]byte
+	for blk := range uint32(testBlocks) {
 		var in []lease.Entry
 		for _, e := range es {
-			if wire.BlockOf(e.Range.End) == blk {
+			if wire.BlockOf(e.Range.End, testBits) == blk {
 				in = append(in, e)
 			}
 		}
-		blocks[blk], _ = proto.Marshal(wire.ArcBlock("ns", blk, in))
+		blocks[blk], _ = proto.Marshal(wire.ArcBlock("ns", testBits, blk, in))
 	}
 	b.Run("protowire", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			intern := newInterner()
 			for _, blk := range blocks {
-				if _, _, err := decodeArcBlock("ns", blk, intern); err != nil {
+				if _, _, _, err := decodeArcBlock("ns", blk, intern); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -149,7 +163,7 @@ func BenchmarkDecodeBlocks(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			for _, blk := range blocks {
-				if _, _, err := oracleBlock("ns", blk); err != nil {
+				if _, _, _, err := oracleBlock("ns", blk); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -93,6 +93,12 @@ func dialOptions(keepaliveTime, keepaliveTimeout time.Duration, maxMessageBytes 
 	}
 }
 
+// Conn returns a connection to addr with room for one more stream, and
+// the function that gives the stream's place back, for a stream of the
+// caller's own on the pool's connections (a load generator's stand-ins for
+// Lookups, which keep less than a Lookup). Lookups get theirs the same way.
+func (p *ConnPool) Conn(addr string) (*grpc.ClientConn, func(), error) { return p.get(addr) }
+
 // get returns a connection to addr with room for one more stream, and the
 // function that gives the stream's place back.
 func (p *ConnPool) get(addr string) (*grpc.ClientConn, func(), error) {

@@ -82,11 +82,15 @@
 // Lookup is the shell that fuge-proxy uses. It follows a manager node over
 // delta ADS (AggregatedDiscoveryService.DeltaAggregatedResources), with two
 // wildcard subscriptions: ArcBlockTypeURL and HeartbeatTypeURL. The lease
-// table comes as api/wire.Blocks (64) fixed fuge.v1.ArcBlock resources: the
-// circle is cut by the top 6 bits of a position, and block b, named
-// api/wire.BlockName(namespace, b), holds the arcs whose end lies in it, in
-// ring order (none for an empty block), versioned by the LSN of its last
-// change. The heartbeat is one fuge.v1.Heartbeat the node rewrites every
+// table comes as 2^bits fuge.v1.ArcBlock resources, bits following the
+// ring size (api/wire.BlockBits: 64 blocks up to R = 1024, 256 at 4096,
+// 4,096 at 65536, about 16 arcs a block) and carried in every block
+// (block_bits): the circle is cut by the top bits of a position, and block
+// b, named api/wire.BlockName(namespace, b), holds the arcs whose end lies
+// in it, in ring order (none for an empty block), versioned by the LSN of
+// its last change. A block whose bit count or number is out of bounds, or
+// an arc outside its block, NACKs the response; blocks of a new bit count
+// replace every block held (a table cut anew). The heartbeat is one fuge.v1.Heartbeat the node rewrites every
 // heartbeat interval. The node names the namespace in node.cluster and
 // node.metadata["fuge.namespace"]. The Lookup starts at a manager at
 // random (LookupConfig.InOrder: the first), so Lookups spread over the

@@ -15,8 +15,9 @@ import (
 // The xDS contract between a Lookup and the manager's xds package.
 const (
 	// ArcBlockTypeURL is the type of the lease-table resources: the
-	// wire.Blocks (64) fuge.v1.ArcBlock of a namespace, block b named
-	// wire.BlockName(namespace, b) and holding the arcs that end in it.
+	// 2^block_bits fuge.v1.ArcBlock of a namespace (wire.BlockBits of its
+	// ring size), block b named wire.BlockName(namespace, b) and holding
+	// the arcs that end in it.
 	ArcBlockTypeURL = "type.googleapis.com/fuge.v1.ArcBlock"
 	// HeartbeatTypeURL is the type of the one resource HeartbeatName(ns),
 	// a fuge.v1.Heartbeat the leader rewrites every heartbeat interval.

@@ -185,8 +185,8 @@ func TestXDSInitialTable(t *testing.T) {
 	if !slices.Equal(types, []string{ArcBlockTypeURL, HeartbeatTypeURL}) || acks < 2 {
 		t.Fatalf("server saw subscriptions to %v and %d ACKs, want ArcBlock and Heartbeat and at least 2", types, acks)
 	}
-	if n := len(resourceNames(blockResponses(recs))); n != wire.Blocks {
-		t.Fatalf("server sent %d blocks, want %d", n, wire.Blocks)
+	if n := len(resourceNames(blockResponses(recs))); n != testBlocks {
+		t.Fatalf("server sent %d blocks, want %d", n, testBlocks)
 	}
 }
 
@@ -194,12 +194,12 @@ func TestXDSInitialTable(t *testing.T) {
 // partition the circle, is acknowledged and waits.
 func TestXDSWaitsForCompleteTable(t *testing.T) {
 	srv := newXDSServer(t, ns, quarters...)
-	a := wire.BlockOf(quarters[0].Range.End) // a's block
+	a := wire.BlockOf(quarters[0].Range.End, testBits) // a's block
 	srv.publish(nil, a)
 	l, losses := startLookup(t, []string{srv.Addr()}, nil)
 	srv.waitAcked(ArcBlockTypeURL, 1)
-	if got := len(resourceNames(blockResponses(srv.records()))); got != wire.Blocks-1 {
-		t.Fatalf("server sent %d blocks, want %d", got, wire.Blocks-1)
+	if got := len(resourceNames(blockResponses(srv.records()))); got != testBlocks-1 {
+		t.Fatalf("server sent %d blocks, want %d", got, testBlocks-1)
 	}
 	notReady := func() {
 		t.Helper()
@@ -218,7 +218,7 @@ func TestXDSWaitsForCompleteTable(t *testing.T) {
 	}
 
 	// All 64 blocks, but a's block leaves (0, q/2] uncovered.
-	srv.publish(map[uint32]*fugev1.ArcBlock{a: wire.ArcBlock(ns, a, []lease.Entry{ent(q/2, q, "a", 1)})})
+	srv.publish(map[uint32]*fugev1.ArcBlock{a: wire.ArcBlock(ns, testBits, a, []lease.Entry{ent(q/2, q, "a", 1)})})
 	srv.waitAcked(ArcBlockTypeURL, 2)
 	notReady()
 	if st := l.Stats(); st.Rejected != 2 || st.NACKs != 0 {
@@ -262,11 +262,44 @@ func TestXDSUpdateNotifiesLoss(t *testing.T) {
 	checkAt(t, l, 3*q, ent(2*q+q/2, 3*q, "e", 3))
 	checkAt(t, l, 2*q+1, ent(2*q, 2*q+q/2, "c", 6))
 	resps := blockResponses(lastStream(srv.records()))
-	want := []string{wire.BlockName(ns, wire.BlockOf(2*q+q/2)), wire.BlockName(ns, wire.BlockOf(3*q))}
+	want := []string{wire.BlockName(ns, wire.BlockOf(2*q+q/2, testBits)), wire.BlockName(ns, wire.BlockOf(3*q, testBits))}
 	if got := resourceNames(resps[len(resps)-1:]); !slices.Equal(got, want) {
 		t.Fatalf("the split came as blocks %v, want %v", got, want)
 	}
 	if st := l.Stats(); st.LossNotifications != 2 || st.LossAll != 0 || st.Rejected != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A table cut anew into blocks of another size (a manager that heard the
+// namespace's ring size after serving its first view) replaces the blocks
+// held: those of the old size are dropped, and the table is the new
+// blocks', growing from 64 to 256 blocks and back to 64 with the blocks
+// past them removed.
+func TestXDSBlocksResized(t *testing.T) {
+	srv := newXDSServer(t, ns, quarters...)
+	l, losses := startLookup(t, []string{srv.Addr()}, nil)
+	waitReady(t, l)
+
+	table := replaced(quarters, 1, ent(q, 2*q, "b", 5))
+	srv.publish(tableBlocksOf(ns, testBits+2, table))
+	checkLoss(t, waitLoss(t, losses), false, rg(q, 2*q))
+	checkAt(t, l, q+1, ent(q, 2*q, "b", 5))
+	checkAt(t, l, 3*q, quarters[2])
+
+	table = replaced(table, 2, ent(2*q, 3*q, "c", 6))
+	var past []uint32
+	for b := uint32(testBlocks); b < 4*testBlocks; b++ {
+		past = append(past, b)
+	}
+	srv.publish(tableBlocksOf(ns, testBits, table), past...)
+	checkLoss(t, waitLoss(t, losses), false, rg(2*q, 3*q))
+	checkAt(t, l, 2*q+1, ent(2*q, 3*q, "c", 6))
+	checkAt(t, l, 0, quarters[3])
+	if got, want := l.Entries(), []lease.Entry{quarters[3], quarters[0], table[1], table[2]}; !slices.Equal(got, want) {
+		t.Fatalf("table %v, want %v", got, want)
+	}
+	if st := l.Stats(); st.NACKs != 0 || st.Rejected != 0 || st.LossAll != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -287,7 +320,7 @@ func TestXDSOneBlockChangeNotifiesOneArc(t *testing.T) {
 
 	const i = 129 // the second of the four arcs of block 32
 	changed := ent(uint64(i)*step, uint64(i+1)*step, "x", 1000)
-	if b := wire.BlockOf(changed.Range.End); b != 32 || wire.BlockOf(table[i-1].Range.End) != b || wire.BlockOf(table[i+1].Range.End) != b {
+	if b := wire.BlockOf(changed.Range.End, testBits); b != 32 || wire.BlockOf(table[i-1].Range.End, testBits) != b || wire.BlockOf(table[i+1].Range.End, testBits) != b {
 		t.Fatalf("arcs %d to %d are not all in block 32", i-1, i+1)
 	}
 	srv.setTable(replaced(table, i, changed)...)
@@ -317,9 +350,9 @@ func TestXDSRemovedBlockIsEmpty(t *testing.T) {
 
 	// b takes over a's arc: a's block now holds nothing and is removed
 	// rather than sent empty.
-	a, b := wire.BlockOf(quarters[0].Range.End), wire.BlockOf(quarters[1].Range.End)
+	a, b := wire.BlockOf(quarters[0].Range.End, testBits), wire.BlockOf(quarters[1].Range.End, testBits)
 	merged := ent(0, 2*q, "b", 5)
-	srv.publish(map[uint32]*fugev1.ArcBlock{b: wire.ArcBlock(ns, b, []lease.Entry{merged})}, a)
+	srv.publish(map[uint32]*fugev1.ArcBlock{b: wire.ArcBlock(ns, testBits, b, []lease.Entry{merged})}, a)
 	checkLoss(t, waitLoss(t, losses), false, rg(0, 2*q))
 	checkAt(t, l, 1, merged)
 	resps := blockResponses(lastStream(srv.records()))
@@ -336,8 +369,8 @@ func TestXDSRemovedBlockIsEmpty(t *testing.T) {
 			versions = r.req.InitialResourceVersions
 		}
 	}
-	if _, ok := versions[wire.BlockName(ns, a)]; ok || len(versions) != wire.Blocks-1 {
-		t.Fatalf("initial_resource_versions %v: want the %d blocks held but a's", versions, wire.Blocks-1)
+	if _, ok := versions[wire.BlockName(ns, a)]; ok || len(versions) != testBlocks-1 {
+		t.Fatalf("initial_resource_versions %v: want the %d blocks held but a's", versions, testBlocks-1)
 	}
 	if st := l.Stats(); st.Rejected != 0 || st.Reconnects == 0 {
 		t.Fatalf("stats %+v: the table without a's block should stay complete", st)
@@ -357,8 +390,8 @@ func TestXDSReconnectSendsVersions(t *testing.T) {
 			held[res.Name] = res.Version
 		}
 	}
-	if len(held) != wire.Blocks || held[wire.BlockName(ns, 0)] != "1" {
-		t.Fatalf("server sent %v, want %d blocks at LSN 1", held, wire.Blocks)
+	if len(held) != testBlocks || held[wire.BlockName(ns, 0)] != "1" {
+		t.Fatalf("server sent %v, want %d blocks at LSN 1", held, testBlocks)
 	}
 
 	srv.stop()
@@ -497,6 +530,42 @@ func TestXDSStaleness(t *testing.T) {
 	checkLoss(t, waitLoss(t, losses), false, rg(2*q, 3*q))
 }
 
+// A block whose bit count or number is out of bounds NACKs its response,
+// and nothing of the response is applied: not the good block sent with it
+// either.
+func TestXDSNACKBlockBounds(t *testing.T) {
+	d := wire.BlockOf(quarters[3].Range.End, testBits)
+	for _, tc := range []struct {
+		name string
+		num  uint32
+		blk  *fugev1.ArcBlock
+	}{
+		{"too many bits", 0, wire.ArcBlock(ns, wire.MaxBlockBits+1, 0, nil)},
+		{"too few bits", 0, wire.ArcBlock(ns, wire.MinBlockBits-1, 0, nil)},
+		{"no bit count", 0, &fugev1.ArcBlock{Namespace: ns}},
+		{"block past the last", testBlocks, wire.ArcBlock(ns, testBits, testBlocks, nil)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newXDSServer(t, ns, quarters...)
+			l, losses := startLookup(t, []string{srv.Addr()}, nil)
+			waitReady(t, l)
+			srv.publish(map[uint32]*fugev1.ArcBlock{
+				d:      wire.ArcBlock(ns, testBits, d, []lease.Entry{ent(3*q, 0, "d", 9)}),
+				tc.num: tc.blk,
+			})
+			srv.wait("a NACK", func(log []record, _ int) bool {
+				return slices.ContainsFunc(log, func(r record) bool { return r.req != nil && r.req.ErrorDetail != nil })
+			})
+			checkAt(t, l, 3*q+1, quarters[3])
+			checkAt(t, l, 1, quarters[0])
+			noLoss(t, losses)
+			if st := l.Stats(); st.NACKs == 0 || l.Version() != 1 {
+				t.Fatalf("stats %+v, version %d: want a NACK and the first table still", st, l.Version())
+			}
+		})
+	}
+}
+
 func TestXDSNACK(t *testing.T) {
 	srv := newXDSServer(t, ns, quarters...)
 	l, losses := startLookup(t, []string{srv.Addr()}, nil)
@@ -504,11 +573,11 @@ func TestXDSNACK(t *testing.T) {
 
 	// One push: d's block with d under a new generation, and b's block
 	// with b held without an address.
-	d, b := wire.BlockOf(quarters[3].Range.End), wire.BlockOf(quarters[1].Range.End)
-	badBlock := wire.ArcBlock(ns, b, []lease.Entry{quarters[1]})
+	d, b := wire.BlockOf(quarters[3].Range.End, testBits), wire.BlockOf(quarters[1].Range.End, testBits)
+	badBlock := wire.ArcBlock(ns, testBits, b, []lease.Entry{quarters[1]})
 	badBlock.Arcs[0].Addr = ""
 	srv.publish(map[uint32]*fugev1.ArcBlock{
-		d: wire.ArcBlock(ns, d, []lease.Entry{ent(3*q, 0, "d", 9)}),
+		d: wire.ArcBlock(ns, testBits, d, []lease.Entry{ent(3*q, 0, "d", 9)}),
 		b: badBlock,
 	})
 	bad := wire.BlockName(ns, b)

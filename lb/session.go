@@ -39,8 +39,9 @@ type session struct {
 	core     *Core
 	node     *corev3.Node
 	dialOpts []grpc.DialOption
-	names    []string             // the namespace's block names, by number
-	held     map[string]heldBlock // blocks held, by name
+	bits     uint32               // the bit count of the blocks held; 0 before the first
+	names    []string             // the namespace's block names at bits, by number
+	held     map[string]heldBlock // blocks held, by name, all of bits
 	lsn      uint64               // local LSN of the snapshots fed to the core
 	events   chan streamEvent
 	ctx      context.Context
@@ -95,8 +96,7 @@ func newSession(l *Lookup, core *Core) *session {
 		core:     core,
 		node:     node(cfg.Namespace, cfg.Name),
 		dialOpts: append(opts, cfg.DialOptions...),
-		names:    blockNames(cfg.Namespace),
-		held:     make(map[string]heldBlock, wire.Blocks),
+		held:     map[string]heldBlock{},
 		events:   make(chan streamEvent, 16),
 		addr:     cfg.Managers[first],
 		idx:      first,
@@ -296,8 +296,16 @@ func (s *session) onBlocks(c *conn, resp *discovery.DeltaDiscoveryResponse) {
 		c.grace = time.AfterFunc(DefaultCloseGrace, c.cancel)
 		return
 	}
+	// Blocks of another size than those sent (the manager cut the table
+	// anew: a namespace created again with another ring size) are
+	// dropped: they cover other parts of the circle.
+	resized := u.bits != 0 && s.bits != 0 && u.bits != s.bits
+	if u.bits != 0 && u.bits != s.bits {
+		maps.DeleteFunc(s.held, func(_ string, h heldBlock) bool { return h.bits != u.bits })
+		s.bits, s.names = u.bits, blockNames(s.cfg.Namespace, u.bits)
+	}
 	for _, name := range u.removed {
-		s.held[name] = heldBlock{}
+		s.held[name] = heldBlock{bits: s.bits}
 	}
 	maps.Copy(s.held, u.set)
 	// The ACK goes out once the response is dealt with, so a manager that
@@ -312,6 +320,14 @@ func (s *session) onBlocks(c *conn, resp *discovery.DeltaDiscoveryResponse) {
 		c.synced = false
 		s.l.rejected.Add(1)
 		s.l.log.Warn("the table held is not complete; not applied", "manager", c.addr, "err", err)
+		if resized {
+			// The manager believes we hold blocks of the old size under
+			// the new names: a new stream, sending only the versions of
+			// the blocks we hold of the new size, receives the others.
+			c.closing = true
+			s.send(c, nil)
+			c.grace = time.AfterFunc(DefaultCloseGrace, c.cancel)
+		}
 		return
 	}
 	s.lsn++

@@ -25,12 +25,14 @@ import (
 // that carried it is NACKed.
 var ErrBadResource = errors.New("lb: bad xDS resource")
 
-// heldBlock is a block the Lookup holds: its arcs, in ring order, and the
-// version the server gave it (opaque to the Lookup; sent back in
-// initial_resource_versions). A block the server removed is held empty and
-// without a version, so it is not sent back.
+// heldBlock is a block the Lookup holds: its arcs, in ring order, the bit
+// count of the blocks it is among, and the version the server gave it
+// (opaque to the Lookup; sent back in initial_resource_versions). A block
+// the server removed is held empty and without a version, so it is not
+// sent back.
 type heldBlock struct {
 	entries []lease.Entry
+	bits    uint32
 	version string
 }
 
@@ -40,6 +42,7 @@ type blockUpdate struct {
 	set     map[string]heldBlock
 	removed []string
 	arena   []lease.Entry // every block's arcs in set, in block order
+	bits    uint32        // the bit count of every block in set; 0 if none
 }
 
 // node identifies the Lookup to the manager: id Name, cluster and
@@ -104,10 +107,14 @@ func decodeBlocks(ns string, resp *discovery.DeltaDiscoveryResponse) (blockUpdat
 			return blockUpdate{}, fmt.Errorf("%w: %q is a %q, want %q", ErrBadResource, r.GetName(), body.GetTypeUrl(), ArcBlockTypeURL)
 		}
 		start := len(arena)
-		block, grown, err := decodeArcBlockTo(arena, ns, body.GetValue(), intern)
+		block, bits, grown, err := decodeArcBlockTo(arena, ns, body.GetValue(), intern)
 		if err != nil {
 			return blockUpdate{}, fmt.Errorf("%w: block %q: %w", ErrBadResource, r.GetName(), err)
 		}
+		if u.bits != 0 && bits != u.bits {
+			return blockUpdate{}, fmt.Errorf("%w: block %q is one of %d, another one of %d", ErrBadResource, r.GetName(), 1<<bits, 1<<u.bits)
+		}
+		u.bits = bits
 		arena = grown
 		es := arena[start:len(arena):len(arena)]
 		if want := wire.BlockName(ns, block); r.GetName() != want {
@@ -121,7 +128,7 @@ func decodeBlocks(ns string, resp *discovery.DeltaDiscoveryResponse) (blockUpdat
 		if _, dup := u.set[r.GetName()]; dup {
 			return blockUpdate{}, fmt.Errorf("%w: block %q sent twice", ErrBadResource, r.GetName())
 		}
-		u.set[r.GetName()] = heldBlock{entries: es, version: r.GetVersion()}
+		u.set[r.GetName()] = heldBlock{entries: es, bits: bits, version: r.GetVersion()}
 	}
 	for _, name := range resp.GetRemovedResources() {
 		if isBlockName(ns, name) {
@@ -152,16 +159,18 @@ func blockOrder(ns string, res []*discovery.Resource) []int {
 	return order
 }
 
-// isBlockName reports whether name is BlockName(ns, b) for a block b.
+// isBlockName reports whether name is BlockName(ns, b) for a block b of
+// some bit count.
 func isBlockName(ns, name string) bool {
 	rest, ok := strings.CutPrefix(name, ns+"/block/")
 	b, err := strconv.ParseUint(rest, 10, 32)
-	return ok && err == nil && b < wire.Blocks && wire.BlockName(ns, uint32(b)) == name
+	return ok && err == nil && b < 1<<wire.MaxBlockBits && wire.BlockName(ns, uint32(b)) == name
 }
 
-// blockNames lists the names of the blocks of namespace ns, by number.
-func blockNames(ns string) []string {
-	names := make([]string, wire.Blocks)
+// blockNames lists the names of the 2^bits blocks of namespace ns, by
+// number.
+func blockNames(ns string, bits uint32) []string {
+	names := make([]string, 1<<bits)
 	for b := range names {
 		names[b] = wire.BlockName(ns, uint32(b))
 	}

@@ -29,7 +29,7 @@ func packed(t testing.TB, name string, m proto.Message, typeURL string) *discove
 // blockRes is block b of ns holding es, packed as an ArcBlock resource
 // named for it.
 func blockRes(t testing.TB, ns string, b uint32, es ...lease.Entry) *discovery.Resource {
-	return packed(t, wire.BlockName(ns, b), wire.ArcBlock(ns, b, es), ArcBlockTypeURL)
+	return packed(t, wire.BlockName(ns, b), wire.ArcBlock(ns, testBits, b, es), ArcBlockTypeURL)
 }
 
 func TestDecodeBlocks(t *testing.T) {
@@ -39,7 +39,10 @@ func TestDecodeBlocks(t *testing.T) {
 	lo := good.Range.End // the block's first position: (q, lo] is good
 	mid, hi := lo+1000, lo+5000
 	withArc := func(a *fugev1.Arc) *discovery.Resource {
-		return packed(t, name, &fugev1.ArcBlock{Namespace: ns, Block: b, Arcs: []*fugev1.Arc{a}}, ArcBlockTypeURL)
+		return packed(t, name, &fugev1.ArcBlock{Namespace: ns, Block: b, BlockBits: testBits, Arcs: []*fugev1.Arc{a}}, ArcBlockTypeURL)
+	}
+	withBits := func(bits, blk uint32) *discovery.Resource {
+		return packed(t, wire.BlockName(ns, blk), &fugev1.ArcBlock{Namespace: ns, Block: blk, BlockBits: bits}, ArcBlockTypeURL)
 	}
 	tests := []struct {
 		name string
@@ -52,14 +55,20 @@ func TestDecodeBlocks(t *testing.T) {
 		{"arcs in ring order", blockRes(t, ns, b, ent(q, lo, "a", 1), ent(lo, mid, "", 2), ent(mid, hi, "c", 3)),
 			[]lease.Entry{ent(q, lo, "a", 1), ent(lo, mid, "", 2), ent(mid, hi, "c", 3)}},
 		{"no body", &discovery.Resource{Name: name}, nil},
-		{"wrong type", packed(t, name, wire.ArcBlock(ns, b, []lease.Entry{good}), HeartbeatTypeURL), nil},
+		{"wrong type", packed(t, name, wire.ArcBlock(ns, testBits, b, []lease.Entry{good}), HeartbeatTypeURL), nil},
 		{"an Arc", packed(t, name, wire.Arc(ns, good), "type.googleapis.com/fuge.v1.Arc"), nil},
 		{"garbage", &discovery.Resource{Name: name, Resource: &anypb.Any{TypeUrl: ArcBlockTypeURL, Value: []byte{0xff, 0xff}}}, nil},
 		{"other namespace", blockRes(t, "x", b, good), nil},
-		{"other namespace, our name", packed(t, name, wire.ArcBlock("x", b, []lease.Entry{good}), ArcBlockTypeURL), nil},
-		{"name of another block", packed(t, wire.BlockName(ns, b+1), wire.ArcBlock(ns, b, []lease.Entry{good}), ArcBlockTypeURL), nil},
-		{"name not a block's", packed(t, wire.ArcName(ns, good.Range), wire.ArcBlock(ns, b, []lease.Entry{good}), ArcBlockTypeURL), nil},
-		{"block out of range", packed(t, wire.BlockName(ns, wire.Blocks), &fugev1.ArcBlock{Namespace: ns, Block: wire.Blocks}, ArcBlockTypeURL), nil},
+		{"other namespace, our name", packed(t, name, wire.ArcBlock("x", testBits, b, []lease.Entry{good}), ArcBlockTypeURL), nil},
+		{"name of another block", packed(t, wire.BlockName(ns, b+1), wire.ArcBlock(ns, testBits, b, []lease.Entry{good}), ArcBlockTypeURL), nil},
+		{"name not a block's", packed(t, wire.ArcName(ns, good.Range), wire.ArcBlock(ns, testBits, b, []lease.Entry{good}), ArcBlockTypeURL), nil},
+		{"block out of range", withBits(testBits, testBlocks), nil},
+		{"last block of the most", withBits(wire.MaxBlockBits, 1<<wire.MaxBlockBits-1), []lease.Entry{}},
+		{"block out of range of the most", withBits(wire.MaxBlockBits, 1<<wire.MaxBlockBits), nil},
+		{"no bit count", withBits(0, 0), nil},
+		{"too few bits", withBits(wire.MinBlockBits-1, 0), nil},
+		{"too many bits", withBits(wire.MaxBlockBits+1, 0), nil},
+		{"arc in the block at other bits", packed(t, name, wire.ArcBlock(ns, testBits+1, b, []lease.Entry{good}), ArcBlockTypeURL), nil},
 		{"arc ending in another block", blockRes(t, ns, b, quarters[2]), nil},
 		{"owner without address", withArc(&fugev1.Arc{Namespace: ns, Range: wire.Range(good.Range), Owner: "b", Gen: 2}), nil},
 		{"no range", withArc(&fugev1.Arc{Namespace: ns, Gen: 2}), nil},
@@ -92,14 +101,26 @@ func TestDecodeBlocks(t *testing.T) {
 	if _, err := decodeBlocks(ns, resp); err == nil {
 		t.Error("a block sent twice decoded")
 	}
+	// Blocks of two bit counts in one response: the manager cuts a table
+	// one way at a time.
+	resp.Resources[1] = withBits(testBits+1, 0)
+	if _, err := decodeBlocks(ns, resp); err == nil {
+		t.Error("blocks of two sizes decoded")
+	}
+	resp.Resources[1] = withBits(testBits, 0)
+	if u, err := decodeBlocks(ns, resp); err != nil || u.bits != testBits {
+		t.Errorf("blocks of one size: bits %d, %v", u.bits, err)
+	}
 
-	// Removed names are kept when they are our block names.
+	// Removed names are kept when they are our block names (of any bit
+	// count: up to 4,096 blocks).
+	last := uint32(1<<wire.MaxBlockBits - 1)
 	resp = &discovery.DeltaDiscoveryResponse{RemovedResources: []string{
-		wire.BlockName(ns, 0), wire.BlockName(ns, 63), wire.BlockName(ns, 64), "ns/block/01", "ns/block/-1",
+		wire.BlockName(ns, 0), wire.BlockName(ns, 63), wire.BlockName(ns, last), wire.BlockName(ns, last+1), "ns/block/01", "ns/block/-1",
 		wire.BlockName("x", 1), "ns/x", "ns/block/", wire.ArcName(ns, good.Range),
 	}}
 	u, err := decodeBlocks(ns, resp)
-	if want := []string{wire.BlockName(ns, 0), wire.BlockName(ns, 63)}; err != nil || !slices.Equal(u.removed, want) || len(u.set) != 0 {
+	if want := []string{wire.BlockName(ns, 0), wire.BlockName(ns, 63), wire.BlockName(ns, last)}; err != nil || !slices.Equal(u.removed, want) || len(u.set) != 0 {
 		t.Errorf("removed %v (%v), want %v", u.removed, err, want)
 	}
 
@@ -114,12 +135,12 @@ func TestDecodeBlocks(t *testing.T) {
 }
 
 func TestTableOf(t *testing.T) {
-	names := blockNames(ns)
-	if len(names) != wire.Blocks || names[0] != ns+"/block/0" || names[63] != ns+"/block/63" {
+	names := blockNames(ns, testBits)
+	if len(names) != testBlocks || names[0] != ns+"/block/0" || names[63] != ns+"/block/63" {
 		t.Fatalf("block names %v", names)
 	}
 	held := func(es ...lease.Entry) map[string]heldBlock {
-		m := make(map[string]heldBlock, wire.Blocks)
+		m := make(map[string]heldBlock, testBlocks)
 		for b, blk := range tableBlocks(ns, es) {
 			m[wire.BlockName(ns, b)] = heldBlock{entries: mustEntries(t, blk), version: "1"}
 		}
@@ -195,7 +216,7 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("block %q decoded", name)
 			}
 			for i, e := range h.entries {
-				if wire.BlockName(ns, wire.BlockOf(e.Range.End)) != name {
+				if wire.BlockName(ns, wire.BlockOf(e.Range.End, testBits)) != name {
 					t.Fatalf("block %q holds %v", name, e.Range)
 				}
 				if e.Owner != "" && e.Addr == "" {
@@ -240,7 +261,7 @@ func TestTableOfArena(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := u.set
-	got, err := tableOf(blockNames(ns), held, u.arena)
+	got, err := tableOf(blockNames(ns, testBits), held, u.arena)
 	if err != nil || !slices.Equal(got, want) {
 		t.Fatalf("whole table: %v (%v), want %v", got, err, want)
 	}
@@ -249,10 +270,10 @@ func TestTableOfArena(t *testing.T) {
 	}
 	first := slices.Clone(got)
 	// One block again, its first arc at a new generation.
-	b := wire.BlockOf(want[10].Range.End)
+	b := wire.BlockOf(want[10].Range.End, testBits)
 	var inBlock []lease.Entry
 	for i := range want {
-		if wire.BlockOf(want[i].Range.End) == b {
+		if wire.BlockOf(want[i].Range.End, testBits) == b {
 			if len(inBlock) == 0 {
 				want[i].Gen = 100
 			}
@@ -264,7 +285,7 @@ func TestTableOfArena(t *testing.T) {
 		t.Fatal(err)
 	}
 	maps.Copy(held, u2.set)
-	got2, err := tableOf(blockNames(ns), held, u2.arena)
+	got2, err := tableOf(blockNames(ns, testBits), held, u2.arena)
 	if err != nil || !slices.Equal(got2, want) {
 		t.Fatalf("after one block: %v (%v), want %v", got2, err, want)
 	}
@@ -275,3 +296,9 @@ func TestTableOfArena(t *testing.T) {
 		t.Fatal("the first table changed")
 	}
 }
+
+// The tables of these tests are small: served in the fewest blocks.
+const (
+	testBits   = wire.MinBlockBits
+	testBlocks = 1 << testBits
+)

@@ -134,15 +134,20 @@ func (a ads) DeltaAggregatedResources(st discovery.AggregatedDiscoveryService_De
 // tableBlocks cuts the table es into the 64 blocks of namespace ns, each
 // holding the arcs that end in it in ring order.
 func tableBlocks(ns string, es []lease.Entry) map[uint32]*fugev1.ArcBlock {
-	byBlock := make([][]lease.Entry, wire.Blocks)
+	return tableBlocksOf(ns, testBits, es)
+}
+
+// tableBlocksOf cuts es into the 2^bits blocks of ns.
+func tableBlocksOf(ns string, bits uint32, es []lease.Entry) map[uint32]*fugev1.ArcBlock {
+	byBlock := make([][]lease.Entry, 1<<bits)
 	for _, e := range es {
-		b := wire.BlockOf(e.Range.End)
+		b := wire.BlockOf(e.Range.End, bits)
 		byBlock[b] = append(byBlock[b], e)
 	}
-	out := make(map[uint32]*fugev1.ArcBlock, wire.Blocks)
+	out := make(map[uint32]*fugev1.ArcBlock, len(byBlock))
 	for b, bes := range byBlock {
 		slices.SortFunc(bes, func(x, y lease.Entry) int { return cmp.Compare(x.Range.End, y.Range.End) })
-		out[uint32(b)] = wire.ArcBlock(ns, uint32(b), bes)
+		out[uint32(b)] = wire.ArcBlock(ns, bits, uint32(b), bes)
 	}
 	return out
 }

@@ -91,6 +91,8 @@ func (s *NamespaceState) Apply(c Commit, retention time.Duration) error {
 		t := ring.NewTable(viewVal{})
 		t.SetAll(as)
 		t.Compact()
+		// A new slice, never modified once set: the FSM hands it to its
+		// observer without a copy.
 		s.Entries = tableEntries(t)
 	}
 	k := 0

@@ -93,16 +93,19 @@ func (f *fsm) Apply(l *raft.Log) any {
 	f.mu.Unlock()
 	f.events.publish(evs)
 	if f.observer != nil {
+		// Rings first: a created namespace's ring tells the lease table
+		// its ring size, which sizes the blocks its first view is served
+		// in (RingObserver).
+		if ro, ok := f.observer.(RingObserver); ok {
+			for _, r := range rings {
+				ro.NamespaceRing(r.ns, r.view, l.Index)
+			}
+		}
 		for _, v := range views {
 			f.observer.NamespaceView(v.ns, v.entries, v.lsn)
 		}
 		if deleted != "" {
 			f.observer.NamespaceDeleted(deleted)
-		}
-		if ro, ok := f.observer.(RingObserver); ok {
-			for _, r := range rings {
-				ro.NamespaceRing(r.ns, r.view, l.Index)
-			}
 		}
 	}
 	if f.onApply != nil {
@@ -221,7 +224,9 @@ func (f *fsm) apply(c command) (res any, views []viewNote, deleted string) {
 			}
 			f.pending = append(f.pending, evs...)
 			if len(cm.Changes) > 0 {
-				views = append(views, viewNote{cm.Namespace, slices.Clone(st.Entries), st.LSN})
+				// Apply made st.Entries anew and never modifies it: the
+				// observer shares it (a copy was 3.7 MB a commit at R = 65536).
+				views = append(views, viewNote{cm.Namespace, st.Entries, st.LSN})
 			}
 		}
 		return nil, views, ""
@@ -311,15 +316,15 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 			}
 		}
 		states := f.states()
-		for _, s := range states {
-			f.observer.NamespaceView(s.Config.Name, s.Entries, s.LSN)
-		}
 		if ro, ok := f.observer.(RingObserver); ok {
 			for _, s := range states {
 				if v, err := s.RingView(); err == nil {
 					ro.NamespaceRing(s.Config.Name, v, st.Index)
 				}
 			}
+		}
+		for _, s := range states {
+			f.observer.NamespaceView(s.Config.Name, s.Entries, s.LSN)
 		}
 	}
 	return nil

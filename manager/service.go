@@ -45,8 +45,10 @@ type LookupEntry = lease.Entry
 // restored. Version is the raft index of the log entry that made the change
 // (for a restored snapshot, the last one it holds); it is the same on every
 // node and grows with every change. Calls for one namespace come in log
-// order, after its NamespaceView for the same entry, from raft's apply
-// goroutine; they must not block.
+// order, before its NamespaceView for the same entry (so that the ring
+// size, RingView.RingSize, is known before a namespace's first view: the
+// xds package sizes the blocks it serves the view in by it), from raft's
+// apply goroutine; they must not block.
 type RingObserver interface {
 	Observer
 	NamespaceRing(ns string, view RingView, version uint64)

@@ -104,9 +104,17 @@ type typeCache struct {
 	res       map[string]*resource
 	frames    *frameIndex       // where Codec finds the frames of the resources in res
 	wildcard  map[string]string // wildcardVersions, nil until needed after an update
-	clock     clock
-	watches   map[uint64]watch
-	nextID    uint64
+	// epoch counts updates; recent holds the names each of the last
+	// updates set or deleted, oldest first, so that a Lookup stream that
+	// holds the wildcard versions of a recent epoch is answered from what
+	// changed since (lookupChanges), not by comparing every resource: at
+	// R = 65536 a namespace has 4,096 blocks, and a push goes to thousands
+	// of streams.
+	epoch   uint64
+	recent  []cacheUpdate
+	clock   clock
+	watches map[uint64]watch
+	nextID  uint64
 }
 
 // watch is an open SotW or delta watch.
@@ -145,10 +153,32 @@ func (c *typeCache) clear(version string) {
 	c.updateLocked(version, nil, slices.Collect(maps.Keys(c.res)))
 }
 
+// cacheUpdate is what one update of a typeCache changed.
+type cacheUpdate struct {
+	epoch uint64
+	names []string // set or deleted
+}
+
+// recentUpdates bounds typeCache.recent: a Lookup stream further behind
+// (one that has not acknowledged for that many updates) is compared in
+// full.
+const recentUpdates = 64
+
 func (c *typeCache) updateLocked(version string, set map[string]*resource, del []string) {
 	c.version = version
 	c.published = true
 	c.wildcard = nil
+	c.epoch++
+	names := make([]string, 0, len(set)+len(del))
+	for name := range set {
+		names = append(names, name)
+	}
+	names = append(names, del...)
+	if len(c.recent) == recentUpdates {
+		copy(c.recent, c.recent[1:])
+		c.recent = c.recent[:recentUpdates-1]
+	}
+	c.recent = append(c.recent, cacheUpdate{epoch: c.epoch, names: names})
 	for name, r := range set {
 		c.frames.remove(c.res[name])
 		c.frames.add(r)
@@ -178,6 +208,41 @@ func (c *typeCache) changes(sub cache.Subscription) (changed, removed []string) 
 	for name := range known {
 		if r, ok := c.res[name]; !ok || !inScope(sub, name, r) {
 			removed = append(removed, name)
+		}
+	}
+	slices.Sort(changed)
+	slices.Sort(removed)
+	return changed, removed
+}
+
+// lookupChanges is changes for a Lookup stream's subscription. One that
+// holds the wildcard versions of a recent epoch is compared only on the
+// names updated since; any other in full.
+func (c *typeCache) lookupChanges(sub *lookupSub) (changed, removed []string) {
+	if sub.epoch == 0 || len(c.recent) == 0 || sub.epoch+1 < c.recent[0].epoch || sub.epoch > c.epoch {
+		return c.changes(sub)
+	}
+	known := sub.returned
+	seen := map[string]bool{}
+	for _, u := range c.recent {
+		if u.epoch <= sub.epoch {
+			continue
+		}
+		for _, name := range u.names {
+			if seen[name] {
+				continue
+			}
+			seen[name] = true
+			v, ok := known[name]
+			if r, in := c.res[name]; in {
+				if inScope(sub, name, r) && (!ok || v != r.version) {
+					changed = append(changed, name)
+				} else if ok && !inScope(sub, name, r) {
+					removed = append(removed, name)
+				}
+			} else if ok {
+				removed = append(removed, name)
+			}
 		}
 	}
 	slices.Sort(changed)
@@ -374,7 +439,12 @@ func (w deltaWatch) answer(c *typeCache, force bool) bool {
 		}
 		force = force || w.first
 	}
-	changed, removed := c.changes(w.sub)
+	var changed, removed []string
+	if w.lookup != nil {
+		changed, removed = c.lookupChanges(w.lookup)
+	} else {
+		changed, removed = c.changes(w.sub)
+	}
 	if !force && len(changed) == 0 && len(removed) == 0 {
 		return false
 	}
@@ -393,6 +463,7 @@ func (w deltaWatch) answer(c *typeCache, force bool) bool {
 	if w.lookup != nil {
 		out.returned = c.wildcardVersions()
 		w.lookup.returned = out.returned
+		w.lookup.epoch = c.epoch
 		w.deliver(out)
 		return true
 	}

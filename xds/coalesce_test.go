@@ -264,8 +264,8 @@ func TestSharedResources(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := <-out
-		if n := len(r.GetNextVersionMap()); n != wire.Blocks {
-			t.Errorf("a stream keeps %d versions, want %d", n, wire.Blocks)
+		if n := len(r.GetNextVersionMap()); n != testBlocks {
+			t.Errorf("a stream keeps %d versions, want %d", n, testBlocks)
 		}
 		resp, err := r.GetDeltaDiscoveryResponse()
 		if err != nil {
@@ -286,8 +286,8 @@ func TestSharedResources(t *testing.T) {
 	lt.mu.RLock()
 	res := lt.spaces["ns"].caches[ArcBlockTypeURL].res
 	lt.mu.RUnlock()
-	if len(res) != wire.Blocks || len(sotw.Resources) != wire.Blocks {
-		t.Fatalf("%d resources cached, %d sent over SotW; want %d", len(res), len(sotw.Resources), wire.Blocks)
+	if len(res) != testBlocks || len(sotw.Resources) != testBlocks {
+		t.Fatalf("%d resources cached, %d sent over SotW; want %d", len(res), len(sotw.Resources), testBlocks)
 	}
 	for _, a := range sotw.Resources {
 		b, _ := decodeBlock(t, "ns", "", a)
@@ -297,7 +297,7 @@ func TestSharedResources(t *testing.T) {
 		}
 	}
 	for i, d := range deltas {
-		if len(d.Resources) != wire.Blocks {
+		if len(d.Resources) != testBlocks {
 			t.Fatalf("delta %d carries %d blocks", i, len(d.Resources))
 		}
 		for _, dr := range d.Resources {

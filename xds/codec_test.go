@@ -78,11 +78,11 @@ func TestCodecFrames(t *testing.T) {
 			end := uint64(b)<<58 | uint64(i+1)<<20
 			es = append(es, lease.Entry{Range: ring.Range{Start: end - 1<<20, End: end}, Owner: fmt.Sprint("owner-", i), Addr: "a:1", Gen: 7})
 		}
-		r, err := newResource(wire.BlockName("ns", b), fmt.Sprint(b+10), wire.ArcBlock("ns", b, es))
+		r, err := newResource(wire.BlockName("ns", b), fmt.Sprint(b+10), wire.ArcBlock("ns", testBits, b, es))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := r.framed != nil, proto.Size(wire.ArcBlock("ns", b, es)) >= frameAbove; got != want {
+		if got, want := r.framed != nil, proto.Size(wire.ArcBlock("ns", testBits, b, es)) >= frameAbove; got != want {
 			t.Errorf("block %d: framed %v, want %v", b, got, want)
 		}
 		idx.add(r)

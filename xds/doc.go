@@ -10,13 +10,15 @@
 // A LeaseTable hears every namespace's lookup view from the manager (it
 // satisfies manager.Observer) and publishes, per namespace:
 //
-//   - 64 type.googleapis.com/fuge.v1.ArcBlock resources, the blocks of the
-//     circle, named wire.BlockName(ns, b) ("<ns>/block/<b>", b from 0 to 63
-//     in decimal). Block b holds wire.ArcBlock(ns, b, arcs): every arc of
-//     the view whose end lies in it (wire.BlockOf, the end's top 6 bits), in
-//     ring order. Every namespace always has all 64, an empty block having
-//     no arcs, so a lookup knows it holds the whole table once it holds 64
-//     blocks;
+//   - 2^bits type.googleapis.com/fuge.v1.ArcBlock resources, the blocks of
+//     the circle, bits = wire.BlockBits(R) (log2(R) - 4, from 6 to 12: 64
+//     blocks up to R = 1024, 256 at the default 4096, 4,096 at 65536, about
+//     16 arcs a block), named wire.BlockName(ns, b) ("<ns>/block/<b>", b in
+//     decimal). Block b holds wire.ArcBlock(ns, bits, b, arcs): every arc of
+//     the view whose end lies in it (wire.BlockOf, the end's top bits), in
+//     ring order, and its bit count. Every namespace always has all of
+//     them, an empty block having no arcs, so a lookup knows it holds the
+//     whole table once it holds 2^bits blocks of one bit count;
 //   - one type.googleapis.com/fuge.v1.Heartbeat, named "<ns>/heartbeat",
 //     that the leader rewrites every heartbeat interval (Heartbeat), so a
 //     lookup that hears nothing else still knows the manager is there.
@@ -30,16 +32,36 @@
 // replaces, and every commit was pushed at once to every stream. With 500
 // owners and 2,000 lookups at ring size 4096 that took the manager to
 // 3.7 GB and it never converged (hence also the coalescing below). Blocks bound that state
-// to 64 entries per stream whatever the ring size, and a change still
-// resends only the blocks it touches (a move of one arc, one block; a join,
-// the few blocks its arcs fall in), where one resource for the whole table
-// would resend all of it on every change.
+// to at most 4,096 entries per stream (and a Lookup stream keeps none of
+// its own: see Memory), and a change still resends only the blocks it
+// touches (a move of one arc, one block; a join, the few blocks its arcs
+// fall in), where one resource for the whole table would resend all of it
+// on every change.
+//
+// Why the block count follows R: with 64 fixed blocks, one owner of 500
+// leaving at R = 65536 touched 52 of the 64 blocks with its 131 arcs, so
+// every lookup received and decoded about 3 MB of a 3.6 MB table for 131
+// changed arcs, and a change took seconds to reach 2,000 lookups. At 16
+// arcs a block the same leave sends its 131 blocks, about 115 KB
+// (TestBlocksSizedByRing). R reaches the table with the namespace's ring
+// view, which the manager gives before the namespace's first view; a
+// table that published a view before hearing R (an observer that passed
+// no ring) sizes the blocks by that view's length, and cuts them anew at
+// the first view with a new LSN after R is heard: every block is sent
+// again at that LSN and those past the new count are removed, so no
+// client takes a block of one size for one of another at one version.
+//
+// Every push to a Lookup stream is computed from what changed: each
+// ArcBlock cache remembers the names its last 64 updates set or deleted,
+// and a Lookup stream that holds the cache's versions as of one of them
+// compares only those names (typeCache.lookupChanges), not 4,096 blocks
+// per stream per push.
 //
 // A block's version is the LSN (the version NamespaceView is given), in
 // decimal, of the published view in which its content last changed. Each
 // view is validated as it arrives (the ranges partition the circle, each
 // entry is a valid arc); one that fails is logged, counted and skipped.
-// A view that is published is cut into its 64 blocks, and each block is
+// A view that is published is cut into its blocks, and each block is
 // compared with the one last published, arc by arc (range, owner, address,
 // generation); the blocks that differ are set at the view's LSN, all in one
 // cache update, and the others keep their version. A view that changes no
@@ -130,7 +152,7 @@
 // subscription is sent even when empty, so the client knows it is up to
 // date. A received block replaces the client's arcs that end in it. Over
 // state of the world, every response is the namespace's whole table, all
-// 64 blocks, with the last published view's LSN as version_info. A NACK (a
+// its blocks, with the last published view's LSN as version_info. A NACK (a
 // request with error_detail) is logged and counted and does not cause a
 // resend.
 //

@@ -24,18 +24,23 @@ func Example() {
 	table.Register(s)
 
 	// What the manager calls as raft applies changes, and on the leader
-	// every heartbeat interval. The first view is published at once, as 64
-	// blocks at version "1": the free arc (2^63,0] in block 0, a's arc
-	// (0,2^63] in block 32, the other 62 blocks empty.
+	// every heartbeat interval. The ring comes first: its ring size, 4096,
+	// sizes the blocks the lease table is served in (wire.BlockBits: 8
+	// bits, 256 blocks of about 16 arcs each). The first view is published
+	// at once, as 256 blocks at version "1": the free arc (2^63,0] in block
+	// 0, a's arc (0,2^63] in block 128, the other 254 blocks empty.
+	table.NamespaceRing("orders", lease.RingView{RingSize: 4096, Header: "X-Fuge-Key",
+		Owners: []lease.RingOwner{{Name: "a", Addr: "10.0.0.1:8080", VNodes: 4096}}}, 1)
 	table.NamespaceView("orders", []lease.Entry{
 		{Range: ring.Range{Start: 1 << 63, End: 0}, Gen: 1},
 		{Range: ring.Range{Start: 0, End: 1 << 63}, Owner: "a", Addr: "10.0.0.1:8080", Gen: 2},
 	}, 1)
-	fmt.Println(xds.ArcBlockTypeURL, wire.BlockName("orders", wire.BlockOf(1<<63)))
+	bits := wire.BlockBits(4096)
+	fmt.Println(xds.ArcBlockTypeURL, 1<<bits, wire.BlockName("orders", wire.BlockOf(1<<63, bits)))
 
 	// A view that follows within xds.FlushInterval is kept until the
 	// interval has passed, or until the next heartbeat, which publishes it
-	// first (only block 32 changes, at version "2").
+	// first (only block 128 changes, at version "2").
 	table.NamespaceView("orders", []lease.Entry{
 		{Range: ring.Range{Start: 1 << 63, End: 0}, Gen: 1},
 		{Range: ring.Range{Start: 0, End: 1 << 63}, Owner: "b", Addr: "10.0.0.2:8080", Gen: 3},
@@ -45,8 +50,8 @@ func Example() {
 
 	fmt.Printf("%+v\n", table.Stats())
 	// Output:
-	// type.googleapis.com/fuge.v1.ArcBlock orders/block/32
-	// {Namespaces:1 Streams:0 Refused:0 Pushes:0 NACKs:0 BadViews:1 Views:2 Flushes:2 BadRings:0 Rings:0 RingPushes:0}
+	// type.googleapis.com/fuge.v1.ArcBlock 256 orders/block/128
+	// {Namespaces:1 Streams:0 Refused:0 Pushes:0 NACKs:0 BadViews:1 Views:2 Flushes:2 BadRings:0 Rings:1 RingPushes:1}
 }
 
 // The manager tells the table each namespace's desired ring; the table

@@ -293,8 +293,8 @@ func (c *sotwClient) recvErr() codes.Code {
 
 // cut cuts a view into its 64 blocks, each in ring order, the way a lookup
 // expects them (the end's top 6 bits).
-func cut(view []lease.Entry) [wire.Blocks][]lease.Entry {
-	var out [wire.Blocks][]lease.Entry
+func cut(view []lease.Entry) [testBlocks][]lease.Entry {
+	var out [testBlocks][]lease.Entry
 	for _, e := range view {
 		b := e.Range.End >> 58
 		out[b] = append(out[b], e)
@@ -329,7 +329,7 @@ type at map[uint32]uint64
 // allAt is every block at one LSN.
 func allAt(lsn uint64) at {
 	out := at{}
-	for b := range uint32(wire.Blocks) {
+	for b := range uint32(testBlocks) {
 		out[b] = lsn
 	}
 	return out
@@ -347,7 +347,7 @@ func blockNames(ns string, bs ...uint32) []string {
 // allBlockNames names the 64 blocks of ns.
 func allBlockNames(ns string) []string {
 	var out []string
-	for b := range uint32(wire.Blocks) {
+	for b := range uint32(testBlocks) {
 		out = append(out, wire.BlockName(ns, b))
 	}
 	return out
@@ -394,8 +394,8 @@ func wantSotw(t *testing.T, resp *discovery.DiscoveryResponse, ns string, view [
 	if resp.TypeUrl != ArcBlockTypeURL || resp.VersionInfo != strconv.FormatUint(version, 10) {
 		t.Errorf("type %q version %q, want %q %d", resp.TypeUrl, resp.VersionInfo, ArcBlockTypeURL, version)
 	}
-	if len(resp.Resources) != wire.Blocks {
-		t.Fatalf("got %d blocks, want %d", len(resp.Resources), wire.Blocks)
+	if len(resp.Resources) != testBlocks {
+		t.Fatalf("got %d blocks, want %d", len(resp.Resources), testBlocks)
 	}
 	blocks := cut(view)
 	seen := map[uint32]bool{}
@@ -413,7 +413,7 @@ func wantSotw(t *testing.T, resp *discovery.DiscoveryResponse, ns string, view [
 
 // table is a delta client's copy of a namespace's blocks.
 type table struct {
-	blocks   [wire.Blocks][]lease.Entry
+	blocks   [testBlocks][]lease.Entry
 	versions map[string]string
 }
 
@@ -441,7 +441,7 @@ func (tb *table) is(view []lease.Entry) bool {
 			return false
 		}
 	}
-	return len(tb.versions) == wire.Blocks
+	return len(tb.versions) == testBlocks
 }
 
 type plainKey struct{}
@@ -451,3 +451,10 @@ type plainKey struct{}
 func plainStream(ctx context.Context) context.Context {
 	return context.WithValue(ctx, plainKey{}, true)
 }
+
+// The views of these tests are small and most hear no ring size: they are
+// served in the fewest blocks.
+const (
+	testBits   = wire.MinBlockBits
+	testBlocks = 1 << testBits
+)

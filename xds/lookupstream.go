@@ -44,6 +44,9 @@ func (x *lookupStreamIDs) next() int64 { return -x.n.Add(1) }
 // deliver, which runs under that lock too.
 type lookupSub struct {
 	returned map[string]string
+	// epoch is the cache's epoch whose wildcard versions returned is; 0
+	// for the versions the client sent as it subscribed.
+	epoch uint64
 }
 
 var _ cache.Subscription = (*lookupSub)(nil)

@@ -28,6 +28,13 @@ func (t *LeaseTable) NamespaceRing(ns string, v lease.RingView, version uint64) 
 	defer t.mu.Unlock()
 	sp := t.spaceLocked(ns)
 	sp.pendingRing = &ringNote{view: v, version: version}
+	// The ring size sizes the lease table's blocks: the manager tells it
+	// before a namespace's first view. A namespace published in blocks of
+	// another size before (no ring size heard yet) is cut anew at its next
+	// view (publishViewLocked), under that view's LSN.
+	if v.RingSize > 0 {
+		sp.ringSize = v.RingSize
+	}
 	t.scheduleLocked(ns, sp, !sp.ringLive)
 }
 

@@ -108,14 +108,14 @@ func TestOneArcOneBlock(t *testing.T) {
 	v2 := slices.Clone(v1)
 	v2[77] = arcEntry(v2[77].Range.Start, v2[77].Range.End, "moved", 900)
 	lt.NamespaceView("ns", v2, 2)
-	wantDelta(t, c.recv(), "ns", v2, at{wire.BlockOf(v2[77].Range.End): 2}, nil)
+	wantDelta(t, c.recv(), "ns", v2, at{wire.BlockOf(v2[77].Range.End, testBits): 2}, nil)
 
 	// A new address under the same generation (the manager promises it
 	// never does this) is still a change of the block.
 	v3 := slices.Clone(v2)
 	v3[5].Addr = "elsewhere:9090"
 	lt.NamespaceView("ns", v3, 3)
-	wantDelta(t, c.recv(), "ns", v3, at{wire.BlockOf(v3[5].Range.End): 3}, nil)
+	wantDelta(t, c.recv(), "ns", v3, at{wire.BlockOf(v3[5].Range.End, testBits): 3}, nil)
 }
 
 func TestDeltaReconnect(t *testing.T) {
@@ -312,8 +312,8 @@ func TestGate(t *testing.T) {
 	// An unmarked stream (an Envoy or a gRPC client) is served despite the
 	// gate.
 	o := openSotw(ctx, t, conn, testNode("ns"), ArcBlockTypeURL)
-	if r := o.recvRaw(); len(r.Resources) != wire.Blocks {
-		t.Errorf("unmarked stream got %d resources, want the %d blocks", len(r.Resources), wire.Blocks)
+	if r := o.recvRaw(); len(r.Resources) != testBlocks {
+		t.Errorf("unmarked stream got %d resources, want the %d blocks", len(r.Resources), testBlocks)
 	}
 	if st := lt.Stats(); st.Refused != 2 {
 		t.Errorf("stats %+v, want still 2 refused", st)

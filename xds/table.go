@@ -137,11 +137,18 @@ func (realClock) AfterFunc(d time.Duration, f func()) func() bool {
 // stays as an empty tombstone, so that a client whose acknowledgement
 // crossed the deletion still receives the removals (see mux.route).
 type space struct {
-	live   bool                       // it has a view and is not deleted
-	blocks [wire.Blocks][]lease.Entry // each block's arcs as last published, in ring order
-	lsn    uint64                     // the LSN of the last published view
-	seq    uint64                     // heartbeat sequence number
-	caches map[string]*typeCache
+	live bool // it has a view and is not deleted
+	// bits is the block bit count of the published blocks (0 before the
+	// first view); blocks holds each block's arcs as last published, in
+	// ring order, 2^bits of them.
+	bits   uint32
+	blocks [][]lease.Entry
+	// ringSize is R as the namespace's ring view tells it (0 until one
+	// has): what bits follow (wire.BlockBits).
+	ringSize int
+	lsn      uint64 // the LSN of the last published view
+	seq      uint64 // heartbeat sequence number
+	caches   map[string]*typeCache
 	// ringLive is set once a ring has been published since the namespace
 	// was created or deleted; envoy holds each Envoy resource as last
 	// published, by type URL and name, to tell which ones a ring changes.
@@ -203,9 +210,11 @@ func newLeaseTable(cfg LeaseTableConfig, clk clock) *LeaseTable {
 
 // NamespaceView publishes a namespace's view: entries is the whole view
 // after a change, ranges partitioning the circle, Owner "" for a free
-// range; version is the change's LSN. The view is cut into the 64 blocks,
-// and the blocks whose arcs changed are updated at that version, all in
-// one update; the LSN becomes the SotW version_info.
+// range; version is the change's LSN. The view is cut into its blocks
+// (wire.BlockBits of the ring size that the namespace's ring view gave, or,
+// before one has, of the first view's length rounded up to a power of
+// two), and the blocks whose arcs changed are updated at that version, all
+// in one update; the LSN becomes the SotW version_info.
 //
 // Views are coalesced: a namespace's caches are updated at most once per
 // FlushInterval. A view that arrives at least FlushInterval after the last
@@ -309,23 +318,38 @@ func (t *LeaseTable) publishViewLocked(ns string, sp *space, v *view) {
 		sorted = slices.Clone(sorted)
 		slices.SortFunc(sorted, byEnd)
 	}
+	bits := sp.bitsFor(len(sorted))
+	if sp.live && v.lsn <= sp.lsn {
+		// Cut anew only under a new LSN: a client holding a block of the
+		// old size at this version would take the new one for it.
+		bits = sp.bits
+	}
+	// A new bit count (the ring size heard after the first view) sends
+	// every block again, and removes those past the new count.
+	resized := sp.live && bits != sp.bits
 	version := strconv.FormatUint(v.lsn, 10)
-	var next [wire.Blocks][]lease.Entry
+	next := make([][]lease.Entry, 1<<bits)
 	set := map[string]*resource{}
+	var del []string
+	if resized {
+		for b := uint32(len(next)); b < uint32(len(sp.blocks)); b++ {
+			del = append(del, wire.BlockName(ns, b))
+		}
+	}
 	lo := 0
-	for b := range uint32(wire.Blocks) {
+	for b := range uint32(len(next)) {
 		hi := lo
-		for hi < len(sorted) && wire.BlockOf(sorted[hi].Range.End) == b {
+		for hi < len(sorted) && wire.BlockOf(sorted[hi].Range.End, bits) == b {
 			hi++
 		}
 		es := sorted[lo:hi]
 		lo = hi
-		if sp.live && slices.Equal(sp.blocks[b], es) {
+		if sp.live && !resized && slices.Equal(sp.blocks[b], es) {
 			next[b] = sp.blocks[b]
 			continue
 		}
 		name := wire.BlockName(ns, b)
-		r, err := newResource(name, version, wire.ArcBlock(ns, b, es))
+		r, err := newResource(name, version, wire.ArcBlock(ns, bits, b, es))
 		if err != nil {
 			t.badViews.Add(1)
 			t.log.Error("refusing namespace view", "ns", ns, "version", v.lsn, "err", err)
@@ -339,16 +363,32 @@ func (t *LeaseTable) publishViewLocked(ns string, sp *space, v *view) {
 	if !sp.live {
 		sp.live = true
 		t.log.Info("serving namespace", "ns", ns, "arcs", len(v.entries), "version", v.lsn)
-	} else if len(set) > 0 && v.lsn <= sp.lsn {
+	} else if len(set) > 0 && v.lsn <= sp.lsn && !resized {
 		t.log.Warn("view changes blocks without advancing the LSN; clients holding them may not hear of it",
 			"ns", ns, "version", v.lsn, "last", sp.lsn)
 	}
+	if resized {
+		t.log.Info("serving namespace in blocks of another size", "ns", ns, "blocks", len(next), "were", len(sp.blocks), "version", v.lsn)
+	}
 	t.flushes.Add(1)
 	sp.blocks = next
+	sp.bits = bits
 	sp.lsn = v.lsn
 	// Even a view that changes no block advances the cache's version: a
 	// Lookup that moved here from a node ahead waits for it (atLeast).
-	sp.caches[ArcBlockTypeURL].update(version, set, nil)
+	sp.caches[ArcBlockTypeURL].update(version, set, del)
+}
+
+// bitsFor is the block bit count for a view of n arcs: the ring size's
+// once heard, else the one in use, else n's rounded up to a power of two.
+func (sp *space) bitsFor(n int) uint32 {
+	switch {
+	case sp.ringSize > 0:
+		return wire.BlockBits(sp.ringSize)
+	case sp.bits > 0:
+		return sp.bits
+	}
+	return wire.BlockBits(n)
 }
 
 // NamespaceDeleted deletes every resource of a namespace, so subscribed
@@ -364,7 +404,9 @@ func (t *LeaseTable) NamespaceDeleted(ns string) {
 	}
 	sp.cancelLocked()
 	sp.live = false
-	sp.blocks = [wire.Blocks][]lease.Entry{}
+	sp.blocks = nil
+	sp.bits = 0
+	sp.ringSize = 0
 	sp.lsn = 0
 	sp.seq = 0
 	sp.ringLive = false

@@ -671,19 +671,24 @@ func (x *Arc) GetMigratedFrom() uint64 {
 }
 
 // ArcBlock is the unit in which the lease table is served to lookups over
-// xDS, as type.googleapis.com/fuge.v1.ArcBlock: the circle is cut into 64
-// fixed blocks by the top 6 bits of a position, and block b holds every arc
-// whose end lies in it, in ring order. It is named "<namespace>/block/<b>"
-// (b in decimal) and versioned by the log sequence number of its last
-// change. One resource per arc would make every lookup stream keep a
-// version per arc on the manager (4,096 per stream at the default ring
-// size), far too much with thousands of lookups; blocks keep that to 64,
-// and a change still resends only the blocks it touches.
+// xDS, as type.googleapis.com/fuge.v1.ArcBlock: the circle is cut into
+// 2^block_bits blocks by the top block_bits bits of a position, and block b
+// holds every arc whose end lies in it, in ring order. block_bits follows
+// the ring size R (log2(R) - 4, from 6 to 12: about 16 arcs a block), so a
+// change of a few arcs resends a few small blocks whatever R is. It is
+// named "<namespace>/block/<b>" (b in decimal) and versioned by the log
+// sequence number of its last change. One resource per arc would make
+// every lookup stream keep a version per arc on the manager, far too much
+// with thousands of lookups; blocks keep that to at most 4,096, and a
+// change still resends only the blocks it touches.
 type ArcBlock struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Block         uint32                 `protobuf:"varint,2,opt,name=block,proto3" json:"block,omitempty"`
-	Arcs          []*Arc                 `protobuf:"bytes,3,rep,name=arcs,proto3" json:"arcs,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Block     uint32                 `protobuf:"varint,2,opt,name=block,proto3" json:"block,omitempty"`
+	Arcs      []*Arc                 `protobuf:"bytes,3,rep,name=arcs,proto3" json:"arcs,omitempty"`
+	// The bit count of the blocks this one is among: from 6 to 12; every
+	// block of a namespace has the same.
+	BlockBits     uint32 `protobuf:"varint,10,opt,name=block_bits,json=blockBits,proto3" json:"block_bits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -737,6 +742,13 @@ func (x *ArcBlock) GetArcs() []*Arc {
 		return x.Arcs
 	}
 	return nil
+}
+
+func (x *ArcBlock) GetBlockBits() uint32 {
+	if x != nil {
+		return x.BlockBits
+	}
+	return 0
 }
 
 // Heartbeat is a resource the leader rewrites every heartbeat interval, so a
@@ -976,11 +988,14 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x12\n" +
 	"\x04addr\x18\x04 \x01(\tR\x04addr\x12\x10\n" +
 	"\x03gen\x18\x05 \x01(\x04R\x03gen\x12#\n" +
-	"\rmigrated_from\x18\x06 \x01(\x04R\fmigratedFrom\"`\n" +
+	"\rmigrated_from\x18\x06 \x01(\x04R\fmigratedFrom\"\x7f\n" +
 	"\bArcBlock\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05block\x18\x02 \x01(\rR\x05block\x12 \n" +
-	"\x04arcs\x18\x03 \x03(\v2\f.fuge.v1.ArcR\x04arcs\";\n" +
+	"\x04arcs\x18\x03 \x03(\v2\f.fuge.v1.ArcR\x04arcs\x12\x1d\n" +
+	"\n" +
+	"block_bits\x18\n" +
+	" \x01(\rR\tblockBits\";\n" +
 	"\tHeartbeat\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\"|\n" +

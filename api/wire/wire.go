@@ -7,6 +7,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 
 	"github.com/fuge-project/fuge/api/fugev1"
 	"github.com/fuge-project/fuge/lease"
@@ -263,34 +264,62 @@ const (
 	ClientLookup  = "lookup"
 )
 
-// Blocks is the number of fixed blocks the circle is cut into when the
-// lease table is served over xDS (fuge.v1.ArcBlock).
-const Blocks = 64
+// The lease table is served over xDS (fuge.v1.ArcBlock) cut into 2^bits
+// blocks by the top bits of each arc's end, bits chosen from the ring size
+// R so that a block holds about 16 arcs: a change of a few arcs re-sends a
+// few blocks of about 1 KB each, where 64 fixed blocks made one leaving
+// owner of 500 at R = 65536 re-send 52 of 64 blocks (3 MB of a 3.7 MB
+// table) for 131 changed arcs. Every block carries its bit count, so a
+// lookup can check what it holds.
+const (
+	MinBlockBits = 6  // 64 blocks: rings of up to 1024 entries
+	MaxBlockBits = 12 // 4,096 blocks: rings of 65536 entries and more
+)
 
-// BlockOf is the block holding an arc that ends at end: its top 6 bits.
-func BlockOf(end uint64) uint32 { return uint32(end >> 58) }
+// BlockBits is the bit count of the blocks of a ring of ringSize entries:
+// log2(ringSize) - 4, clamped to [MinBlockBits, MaxBlockBits]. A ring size
+// that is not a power of two counts as the next one.
+func BlockBits(ringSize int) uint32 {
+	k := uint32(bits.Len(uint(max(ringSize, 1) - 1))) // ceil(log2)
+	return min(max(k, MinBlockBits+4)-4, MaxBlockBits)
+}
+
+// BlockOf is the block holding an arc that ends at end: its top bits bits.
+func BlockOf(end uint64, bits uint32) uint32 { return uint32(end >> (64 - bits)) }
+
+// ValidBlock checks a block's bit count and number: bits from MinBlockBits
+// to MaxBlockBits, b below 2^bits.
+func ValidBlock(bits, b uint32) error {
+	if bits < MinBlockBits || bits > MaxBlockBits {
+		return fmt.Errorf("%w: block_bits %d, want %d to %d", ErrMalformed, bits, MinBlockBits, MaxBlockBits)
+	}
+	if b >= 1<<bits {
+		return fmt.Errorf("%w: block %d of %d", ErrMalformed, b, 1<<bits)
+	}
+	return nil
+}
 
 // BlockName is the xDS resource name of a block: "<namespace>/block/<b>".
 func BlockName(ns string, b uint32) string { return fmt.Sprintf("%s/block/%d", ns, b) }
 
 // ArcBlock converts the entries of one block to its xDS resource. Entries
-// must all end in block b, in ring order.
-func ArcBlock(ns string, b uint32, es []lease.Entry) *fugev1.ArcBlock {
-	out := &fugev1.ArcBlock{Namespace: ns, Block: b, Arcs: make([]*fugev1.Arc, len(es))}
+// must all end in block b of 2^bits, in ring order.
+func ArcBlock(ns string, bits, b uint32, es []lease.Entry) *fugev1.ArcBlock {
+	out := &fugev1.ArcBlock{Namespace: ns, Block: b, BlockBits: bits, Arcs: make([]*fugev1.Arc, len(es))}
 	for i, e := range es {
 		out.Arcs[i] = Arc(ns, e)
 	}
 	return out
 }
 
-// EntriesFromBlock converts an xDS block back to entries, checking that
-// every arc ends in the block.
+// EntriesFromBlock converts an xDS block back to entries, checking its
+// bit count and number (ValidBlock) and that every arc ends in the block.
 func EntriesFromBlock(ns string, blk *fugev1.ArcBlock) ([]lease.Entry, error) {
 	if blk.GetNamespace() != ns {
 		return nil, fmt.Errorf("%w: block of namespace %q, want %q", ErrMalformed, blk.GetNamespace(), ns)
 	}
-	if blk.Block >= Blocks {
-		return nil, fmt.Errorf("%w: block %d of %d", ErrMalformed, blk.Block, Blocks)
+	if err := ValidBlock(blk.BlockBits, blk.Block); err != nil {
+		return nil, err
 	}
 	out := make([]lease.Entry, len(blk.Arcs))
 	for i, a := range blk.Arcs {
@@ -298,7 +327,7 @@ func EntriesFromBlock(ns string, blk *fugev1.ArcBlock) ([]lease.Entry, error) {
 		if err != nil {
 			return nil, err
 		}
-		if BlockOf(e.Range.End) != blk.Block {
+		if BlockOf(e.Range.End, blk.BlockBits) != blk.Block {
 			return nil, fmt.Errorf("%w: arc %v is not in block %d", ErrMalformed, e.Range, blk.Block)
 		}
 		out[i] = e

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fuge-project/fuge/api/wire"
 	"github.com/fuge-project/fuge/lb"
 )
 
@@ -44,7 +45,9 @@ func (c convergence) String() string {
 // generations) and then coming back (a new incarnation under its name,
 // which takes its arcs back), and times each until every lookup has seen
 // it at a point of one of the owner's arcs: the point's address is no
-// longer the owner's, then is again.
+// longer the owner's, then is again. A light lookup, which holds no arcs,
+// has seen it when a response carrying the point's block arrives (the
+// only change of that block while the table is otherwise quiet).
 func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *rand.Rand, limit time.Duration) (convergence, error) {
 	c := convergence{changes: n}
 	var all []time.Duration
@@ -63,10 +66,12 @@ func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *ran
 				return c, err
 			}
 			seen = func(l *lb.Lookup) bool { a, _, _, _ := l.Lookup(h); return a != addr }
+			p.watchBlock(h)
 			t0 = time.Now()
 			p.owners[k].Close()
 		} else {
 			seen = func(l *lb.Lookup) bool { a, _, _, _ := l.Lookup(h); return a == addr }
+			p.watchBlock(h)
 			t0 = time.Now()
 			o := p.newOwner(ctx, fmt.Sprintf("owner-%04d", k))
 			p.mu.Lock()
@@ -74,6 +79,8 @@ func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *ran
 			p.mu.Unlock()
 		}
 		ts, missed := p.waitAll(seen, t0, limit)
+		lts, lmissed := p.waitLight(t0, limit)
+		ts, missed = slices.Sorted(slices.Values(append(ts, lts...))), missed+lmissed
 		c.missed += missed
 		last := ts[len(ts)-1]
 		c.slowest = max(c.slowest, last)
@@ -125,6 +132,49 @@ func (p *pool) waitAll(seen func(*lb.Lookup) bool, t0 time.Time, limit time.Dura
 	}
 	wg.Wait()
 	slices.Sort(times)
+	return times, missed
+}
+
+// watchBlock has the light lookups time the next arrival of the block
+// holding position h.
+func (p *pool) watchBlock(h uint64) {
+	p.watch.Store(int64(wire.BlockOf(h, wire.BlockBits(ringSize))))
+	for _, l := range p.light {
+		l.seen.Store(0)
+	}
+}
+
+// waitLight waits until every light lookup has received the watched block
+// or limit has passed since t0, and returns the times from t0; lookups
+// that did not receive it count as limit, and in missed.
+func (p *pool) waitLight(t0 time.Time, limit time.Duration) (times []time.Duration, missed int) {
+	times = make([]time.Duration, len(p.light))
+	for {
+		left := 0
+		for i, l := range p.light {
+			if times[i] == 0 {
+				if at := l.seen.Load(); at != 0 {
+					times[i] = max(time.Unix(0, at).Sub(t0), 1)
+				} else {
+					left++
+				}
+			}
+		}
+		if left == 0 {
+			break
+		}
+		if time.Since(t0) > limit {
+			for i := range times {
+				if times[i] == 0 {
+					times[i] = limit
+					missed++
+				}
+			}
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	p.watch.Store(-1)
 	return times, missed
 }
 

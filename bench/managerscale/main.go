@@ -17,9 +17,16 @@
 // lookups are given every node's address (owners follow the leader,
 // lookups start at a node at random and are served by standbys too), and
 // the table has a row per node. Lookups share TCP connections
-// (-streams-per-conn, lb.ConnPool), each with a stream of its own that
-// receives and applies the whole table; -streams-per-conn 1 gives each its
-// own connection, as separate routers would have. -markdown FILE writes the
+// (-streams-per-conn, lb.ConnPool), each with a stream of its own;
+// -streams-per-conn 1 gives each its own connection, as separate routers
+// would have. Of the lookups, -full-lookups (10) are lb.Lookups, which
+// decode, hold and check the whole table; the others are light (light.go):
+// a real Lookup stream each, acknowledged and resumed as lb.Lookup does,
+// keeping only each block's version, so that 20,000 of them at R = 65536
+// do not take the generator to tens of GB. Generated owners all connect
+// from 127.0.0.1, so the manager is started with --session-burst at the
+// owner count (-session-burst; its per-client default, 1,000 then 100 a
+// second, would pace 5,000 owners over 40 s). -markdown FILE writes the
 // table in markdown. Each run ends with one line a script can read (with
 // several nodes, each figure is the largest node's):
 //
@@ -40,6 +47,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,15 +82,32 @@ func main() {
 	kind := flag.String("restart-kind", "crash", "how an owner restarts during churn: crash (its process dies: the manager is not told, as in PRS §7.1) or clean (Close: a clean leave, its arcs move to the others and back)")
 	memLimit := flag.String("memory-limit", "", "passed to fuge-manager --memory-limit (empty: Go's default)")
 	perConn := flag.Int("streams-per-conn", 10, "lookup streams multiplexed onto one TCP connection (lb.ConnPool); 1: a connection per lookup, as separate routers would have")
+	burst := flag.Int("session-burst", -1, "passed to fuge-manager --session-burst: every generated owner connects from 127.0.0.1, which the manager's per-client session bucket (1,000 at once, then 100 a second) would pace; -1: the owner count, at least 1,000; 0: the manager's default")
+	genMem := flag.Int("generator-memory-mb", 6144, "soft memory limit of this load generator (not of the managers), in MB: its lookups receive every table whole as they connect, 3.7 MB each at R=65536, and without a limit its garbage piles up; 0: Go's default")
+	full := flag.Int("full-lookups", 10, "how many of the lookups are lb.Lookups, which decode, hold and check the whole table; the others are light: a real Lookup stream each that acknowledges like one but keeps only each block's version (light.go); -1: all full (a full table per lookup: many GB at R=65536)")
 	profDir := flag.String("profiles", "", "start the manager with --pprof and save its heap and allocs profiles into this directory after start-up, steady and churn")
 	markdown := flag.String("markdown", "", "also write the table, in markdown, to this file")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
+	if *genMem > 0 {
+		// Set in-process, not through GOMEMLIMIT, which the managers
+		// would inherit.
+		debug.SetMemoryLimit(int64(*genMem) << 20)
+	}
 	if *kind != "crash" && *kind != "clean" {
 		log.Fatalf("-restart-kind %q: want crash or clean", *kind)
 	}
 	if *perConn < 1 {
 		log.Fatalf("-streams-per-conn %d: want at least 1", *perConn)
+	}
+	if *burst < -1 {
+		log.Fatalf("-session-burst %d: want -1 or more", *burst)
+	}
+	if *burst == -1 {
+		*burst = max(*owners, 1000)
+	}
+	if *full < -1 {
+		log.Fatalf("-full-lookups %d: want -1 or more", *full)
 	}
 	if *changes < 0 {
 		log.Fatalf("-changes %d: want 0 or more", *changes)
@@ -99,7 +124,7 @@ func main() {
 		log.Fatalf("-ring %q: want at least one ring size", *rings)
 	}
 	cfg := config{owners: *owners, lookups: *lookups, nodes: *nodes, steady: *steady, churn: *churn, every: *every,
-		changes: *changes, lease: *leaseT, seed: *seed, memLimit: *memLimit, kind: *kind, profDir: *profDir, perConn: *perConn}
+		changes: *changes, lease: *leaseT, seed: *seed, memLimit: *memLimit, kind: *kind, profDir: *profDir, perConn: *perConn, full: *full, burst: *burst}
 	if err := runAll(cfg, rs, *markdown); err != nil {
 		log.Fatal(err)
 	}
@@ -118,7 +143,7 @@ type managerNode struct {
 
 // startManager starts node id, joining the cluster at join (an admin
 // address) unless join is empty.
-func startManager(bin, dir, id, join string, leaseT time.Duration, memLimit string, pprof bool) (*managerNode, error) {
+func startManager(bin, dir, id, join string, leaseT time.Duration, memLimit string, burst int, pprof bool) (*managerNode, error) {
 	n := &managerNode{id: id, grpc: freePort(), http: freePort()}
 	args := []string{"--data-dir", filepath.Join(dir, "data-"+id), "--node-id", id,
 		"--raft-addr", freePort(), "--grpc-addr", n.grpc, "--http-addr", n.http,
@@ -132,6 +157,9 @@ func startManager(bin, dir, id, join string, leaseT time.Duration, memLimit stri
 	}
 	if memLimit != "" {
 		args = append(args, "--memory-limit", memLimit)
+	}
+	if burst > 0 {
+		args = append(args, "--session-burst", strconv.Itoa(burst))
 	}
 	if pprof {
 		args = append(args, "--pprof")
@@ -163,6 +191,8 @@ type config struct {
 	seed                    uint64
 	memLimit, kind, profDir string
 	perConn                 int // lookup streams per connection
+	full                    int // lookups that are lb.Lookups; -1: all
+	burst                   int // fuge-manager --session-burst; 0: its default
 }
 
 // result is one run's figures.
@@ -228,7 +258,7 @@ func run(cfg config, bin, dir string) (result, error) {
 		if i > 0 {
 			join = nodes[0].http
 		}
-		n, err := startManager(bin, dir, fmt.Sprintf("m%d", i+1), join, leaseT, memLimit, profDir != "" && i == 0)
+		n, err := startManager(bin, dir, fmt.Sprintf("m%d", i+1), join, leaseT, memLimit, cfg.burst, profDir != "" && i == 0)
 		if err != nil {
 			return res, err
 		}
@@ -267,6 +297,7 @@ func run(cfg config, bin, dir string) (result, error) {
 	}
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(dialer)}
 	p := &pool{managers: managers, dial: dial, lease: leaseT, cleanRestarts: kind == "clean"}
+	p.watch.Store(-1)
 	if cfg.perConn > 1 {
 		// Lookups share connections; each keeps a stream of its own.
 		var err error
@@ -298,8 +329,17 @@ func run(cfg config, bin, dir string) (result, error) {
 	if profDir != "" {
 		stopCPU = cpuProfiles(httpAddr, profDir, fmt.Sprintf("R%d.startup", ringSize))
 	}
+	nFull := nLookups
+	if cfg.full >= 0 {
+		nFull = min(cfg.full, nLookups)
+	}
 	for i := range nLookups {
-		p.lookups = append(p.lookups, p.newLookup(ctx, fmt.Sprintf("lookup-%05d", i)))
+		name := fmt.Sprintf("lookup-%05d", i)
+		if i < nFull {
+			p.lookups = append(p.lookups, p.newLookup(ctx, name))
+		} else {
+			p.light = append(p.light, p.newLight(name))
+		}
 	}
 	started := time.Since(t0)
 	readyAt := p.readyTimes(t0)
@@ -340,8 +380,14 @@ func run(cfg config, bin, dir string) (result, error) {
 	rnd := rand.New(rand.NewPCG(seed, 0))
 	if cfg.changes > 0 {
 		log.Printf("timing %d changes until every lookup has seen each", cfg.changes)
+		stopCPU := func() {}
+		if profDir != "" {
+			stopCPU = cpuProfiles(httpAddr, profDir, fmt.Sprintf("R%d.changes", ringSize))
+		}
 		var err error
-		if res.conv, err = p.timeChanges(ctx, httpAddr, cfg.changes, rnd, 5*time.Minute); err != nil {
+		res.conv, err = p.timeChanges(ctx, httpAddr, cfg.changes, rnd, 5*time.Minute)
+		stopCPU()
+		if err != nil {
 			return res, err
 		}
 		log.Printf("convergence: %v", res.conv)
@@ -470,8 +516,10 @@ type pool struct {
 	conns    *lb.ConnPool // shared by the lookups; nil: a connection each
 	lease    time.Duration
 	owners   []*ownerguard.Owner
-	lookups  []*lb.Lookup
-	retired  counters // counts of clients closed by restarts
+	lookups  []*lb.Lookup   // full lookups
+	light    []*lightLookup // the others
+	watch    atomic.Int64   // the block light lookups time the arrival of (timeChanges), -1 for none
+	retired  counters       // counts of clients closed by restarts
 	// cleanRestarts restarts owners with Close (a clean leave) instead of
 	// Abandon (a crash).
 	cleanRestarts bool
@@ -509,6 +557,10 @@ func (p *pool) newLookup(ctx context.Context, name string) *lb.Lookup {
 	return l
 }
 
+func (p *pool) newLight(name string) *lightLookup {
+	return startLight(name, p.managers, p.conns, p.dial, &p.watch)
+}
+
 func (p *pool) waitReady(limit time.Duration) error {
 	deadline := time.After(limit)
 	for i, o := range p.owners {
@@ -518,7 +570,7 @@ func (p *pool) waitReady(limit time.Duration) error {
 			return fmt.Errorf("owner %d not ready after %v", i, limit)
 		}
 	}
-	for i, l := range p.lookups {
+	for i, l := range p.readiers() {
 		select {
 		case <-l.Ready():
 		case <-deadline:
@@ -528,13 +580,26 @@ func (p *pool) waitReady(limit time.Duration) error {
 	return nil
 }
 
+// readiers are every lookup, full and light.
+func (p *pool) readiers() []interface{ Ready() <-chan struct{} } {
+	out := make([]interface{ Ready() <-chan struct{} }, 0, len(p.lookups)+len(p.light))
+	for _, l := range p.lookups {
+		out = append(out, l)
+	}
+	for _, l := range p.light {
+		out = append(out, l)
+	}
+	return out
+}
+
 // readyTimes records when each lookup applies its first table, from t0;
 // the function it returns waits for them all and returns the times,
 // sorted.
 func (p *pool) readyTimes(t0 time.Time) func() []time.Duration {
-	times := make([]time.Duration, len(p.lookups))
+	all := p.readiers()
+	times := make([]time.Duration, len(all))
 	var wg sync.WaitGroup
-	for i, l := range p.lookups {
+	for i, l := range all {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -554,7 +619,7 @@ func (p *pool) readyTimes(t0 time.Time) func() []time.Duration {
 func (p *pool) restartOne(ctx context.Context, rnd *rand.Rand) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	k := rnd.IntN(len(p.owners) + len(p.lookups))
+	k := rnd.IntN(len(p.owners) + len(p.lookups) + len(p.light))
 	if k < len(p.owners) {
 		st := p.owners[k].Stats()
 		p.retired.ownerReconnects += st.Reconnects
@@ -568,6 +633,17 @@ func (p *pool) restartOne(ctx context.Context, rnd *rand.Rand) {
 		return
 	}
 	k -= len(p.owners)
+	if k >= len(p.lookups) {
+		k -= len(p.lookups)
+		l := p.light[k]
+		u, h, r := l.stats()
+		p.retired.lookupUpdates += u
+		p.retired.heartbeats += h
+		p.retired.lookupReconnects += r
+		l.Close()
+		p.light[k] = p.newLight(l.name)
+		return
+	}
 	st := p.lookups[k].Stats()
 	p.retired.lookupReconnects += st.Reconnects
 	p.retired.lookupUpdates += st.Updates
@@ -596,13 +672,25 @@ func (p *pool) waitLookups(httpAddr string, limit time.Duration) error {
 					return false
 				}
 			})
-			if len(pending) == 0 {
+			if len(pending) == 0 && p.lightReady() {
 				return nil
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("lookups not converged after %v", limit)
+}
+
+// lightReady reports whether every light lookup holds every block.
+func (p *pool) lightReady() bool {
+	for _, l := range p.light {
+		select {
+		case <-l.Ready():
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // counters sums the clients' protocol counters.
@@ -623,6 +711,12 @@ func (p *pool) counters() counters {
 		c.lookupUpdates += st.Updates
 		c.heartbeats += st.Heartbeats
 	}
+	for _, l := range p.light {
+		u, h, r := l.stats()
+		c.lookupUpdates += u
+		c.heartbeats += h
+		c.lookupReconnects += r
+	}
 	return c
 }
 
@@ -641,6 +735,9 @@ func (c counters) String() string {
 // change to whatever lookups remain, for a manager about to be stopped.
 func (p *pool) close() {
 	for _, l := range p.lookups {
+		l.Close()
+	}
+	for _, l := range p.light {
 		l.Close()
 	}
 	for _, o := range p.owners {

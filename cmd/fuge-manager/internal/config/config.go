@@ -182,6 +182,12 @@ func settings() []setting {
 		{flag: "memory-limit", env: "FUGE_MEMORY_LIMIT", key: "memory_limit", arg: "SIZE", def: "0",
 			usage: "soft memory limit for the Go runtime (e.g. 192MiB, 1GiB); 0 leaves Go's default\n\t(GOMEMLIMIT); the GC then returns memory after a burst instead of keeping it",
 			set:   setMemoryLimit},
+		{flag: "session-burst", env: "FUGE_SESSION_BURST", key: "session_burst", arg: "N", def: "1000",
+			usage: "owner sessions one client (its certificate, or its IP address without TLS) may open at once;\n\tthen --session-rate a second",
+			set:   func(c *Config, v string) error { return sessionLimit(&c.Server.SessionBurst, v) }},
+		{flag: "session-rate", env: "FUGE_SESSION_RATE", key: "session_rate", arg: "N", def: "100",
+			usage: "owner sessions a second one client may open once its --session-burst is spent",
+			set:   func(c *Config, v string) error { return sessionLimit(&c.Server.SessionRate, v) }},
 		{flag: "log-level", env: "FUGE_LOG_LEVEL", key: "log_level", arg: "LEVEL", def: "info",
 			usage: "debug, info, warn or error",
 			set:   setLogLevel},
@@ -465,4 +471,14 @@ func validHeaderName(h string) bool {
 		}
 	}
 	return h != ""
+}
+
+// sessionLimit sets a session bucket's rate or burst: from 1 to 1,000,000.
+func sessionLimit(dst *int, v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1_000_000 {
+		return fmt.Errorf("want a whole number from 1 to 1000000")
+	}
+	*dst = n
+	return nil
 }

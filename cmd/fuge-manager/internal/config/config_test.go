@@ -227,6 +227,8 @@ func TestErrors(t *testing.T) {
 			want: []string{"FUGE_RAFT_ADDR", "port"}},
 		{name: "empty node id", file: "node_id: ''\n", want: []string{"node_id", "empty"}},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, want: []string{"--log-level", "debug, info"}},
+		{name: "no session burst", args: []string{"--session-burst", "0"}, want: []string{"--session-burst", "from 1"}},
+		{name: "session rate not a number", env: map[string]string{"FUGE_SESSION_RATE": "fast"}, want: []string{"FUGE_SESSION_RATE", "from 1"}},
 		{name: "unknown flag", args: []string{"--lease", "1s"}, want: []string{"-lease"}},
 		{name: "positional argument", args: []string{"serve"}, want: []string{`"serve"`}},
 	} {
@@ -281,5 +283,24 @@ func TestBoolFlagsWithoutValue(t *testing.T) {
 	c, err = Load([]string{"--insecure=false"}, func(string) string { return "" })
 	if err != nil || c.TLS.Insecure {
 		t.Fatalf("--insecure=false: %v %v", c.TLS.Insecure, err)
+	}
+}
+
+// TestSessionLimits: the owner-session bucket is the manager's default
+// unless set, and a flag sets it.
+func TestSessionLimits(t *testing.T) {
+	c, err := Load(nil, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.SessionBurst != 0 || c.Server.SessionRate != 0 {
+		t.Errorf("default bucket %d, %d a second; want the manager's defaults (0)", c.Server.SessionBurst, c.Server.SessionRate)
+	}
+	c, err = Load([]string{"--session-burst", "6000", "--session-rate=500"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.SessionBurst != 6000 || c.Server.SessionRate != 500 {
+		t.Errorf("bucket %d, %d a second; want 6000, 500", c.Server.SessionBurst, c.Server.SessionRate)
 	}
 }

@@ -1,0 +1,374 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fuge-project/fuge/api/wire"
+	"github.com/fuge-project/fuge/lb"
+)
+
+// lightLookup stands in for an lb.Lookup in scale runs: a real delta ADS
+// stream to a manager node, marked as a Lookup's (wire.ClientKindKey), with
+// a Lookup's two wildcard subscriptions, which acknowledges every response
+// once it has taken it in, sends the versions it holds when it reconnects,
+// follows a standby's "fuge-leader" trailer and otherwise tries the next
+// manager. What it keeps of the table is each block's version (an LSN),
+// not its arcs: a response is parsed for its blocks' names and versions
+// only (lightCodec). 20,000 lb.Lookups at R = 65536 would hold 20,000
+// decoded tables of 3.7 MB; a light one holds 16 KB. The manager cannot
+// tell the two apart: it serves, pushes and counts the same stream.
+type lightLookup struct {
+	name     string
+	managers []string
+	conns    *lb.ConnPool       // nil: a connection of its own, dialled with dial
+	dial     []grpc.DialOption  // for a connection of its own
+	watch    *atomic.Int64      // the pool's watched block (see pool.watchBlock), -1 for none
+	cancel   context.CancelFunc // ends run
+	done     chan struct{}      // closed when run returns
+
+	// Read and written by run only, but for ready.
+	bits     uint32
+	versions []uint32 // by block number: the version held, 0 for none
+	held     int      // blocks with a version
+	ready    chan struct{}
+	isReady  bool
+
+	updates, heartbeats, reconnects atomic.Uint64
+	// seen is when a response carrying the watched block arrived (unix
+	// nanoseconds, by the generator's clock), 0 until one has.
+	seen atomic.Int64
+}
+
+// startLight starts a light lookup; Close ends it.
+func startLight(name string, managers []string, conns *lb.ConnPool, dial []grpc.DialOption, watch *atomic.Int64) *lightLookup {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &lightLookup{name: name, managers: managers, conns: conns, dial: dial, watch: watch,
+		cancel: cancel, done: make(chan struct{}), ready: make(chan struct{})}
+	go l.run(ctx)
+	return l
+}
+
+// Ready is closed once the lookup holds every block of the table.
+func (l *lightLookup) Ready() <-chan struct{} { return l.ready }
+
+// Close ends the stream and waits for it.
+func (l *lightLookup) Close() {
+	l.cancel()
+	<-l.done
+}
+
+func (l *lightLookup) run(ctx context.Context) {
+	defer close(l.done)
+	i := rand.IntN(len(l.managers))
+	addr := l.managers[i]
+	backoff := 50 * time.Millisecond
+	for {
+		leader, got := l.stream(ctx, addr)
+		if ctx.Err() != nil {
+			return
+		}
+		l.reconnects.Add(1)
+		if got {
+			backoff = 50 * time.Millisecond
+		}
+		if leader != "" {
+			addr = leader
+		} else if !got {
+			i = (i + 1) % len(l.managers)
+			addr = l.managers[i]
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(float64(backoff) * (0.5 + rand.Float64()))):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// adsStream is the method a Lookup's stream calls.
+var adsStream = grpc.StreamDesc{StreamName: "DeltaAggregatedResources", ServerStreams: true, ClientStreams: true}
+
+const adsMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
+
+// stream runs one stream to addr until it ends; got reports whether a
+// response arrived, leader is the stream's "fuge-leader" trailer.
+func (l *lightLookup) stream(ctx context.Context, addr string) (leader string, got bool) {
+	leader, got, err := l.streamErr(ctx, addr)
+	if err != nil && ctx.Err() == nil && l.reconnects.Load() < 3 {
+		log.Printf("%s: stream to %s ended: %v", l.name, addr, err)
+	}
+	return leader, got
+}
+
+func (l *lightLookup) streamErr(ctx context.Context, addr string) (leader string, got bool, err error) {
+	var cc *grpc.ClientConn
+	if l.conns != nil {
+		var release func()
+		if cc, release, err = l.conns.Conn(addr); err != nil {
+			return "", false, err
+		}
+		defer release()
+	} else {
+		if cc, err = grpc.NewClient(addr, l.dial...); err != nil {
+			return "", false, err
+		}
+		defer cc.Close()
+	}
+	sctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, wire.ClientKindKey, wire.ClientLookup))
+	defer cancel()
+	st, err := cc.NewStream(sctx, &adsStream, adsMethod, grpc.ForceCodec(lightCodec{}))
+	if err != nil {
+		return "", false, err
+	}
+	node := lightNode(l.name)
+	var versions map[string]string
+	for b, v := range l.versions {
+		if v != 0 {
+			if versions == nil {
+				versions = make(map[string]string, l.held)
+			}
+			versions[wire.BlockName(namespace, uint32(b))] = strconv.FormatUint(uint64(v), 10)
+		}
+	}
+	for _, req := range []*discovery.DeltaDiscoveryRequest{
+		{Node: node, TypeUrl: lb.ArcBlockTypeURL, ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: versions},
+		{Node: node, TypeUrl: lb.HeartbeatTypeURL, ResourceNamesSubscribe: []string{"*"}},
+	} {
+		if err := st.SendMsg(req); err != nil {
+			return "", false, err
+		}
+	}
+	var r lightResp
+	for {
+		if err := st.RecvMsg(&r); err != nil {
+			if v := st.Trailer().Get(lb.LeaderTrailer); len(v) > 0 {
+				leader = v[0]
+			}
+			return leader, got, err
+		}
+		got = true
+		ack := &discovery.DeltaDiscoveryRequest{TypeUrl: r.typeURL, ResponseNonce: r.nonce}
+		switch r.typeURL {
+		case lb.ArcBlockTypeURL:
+			if err := l.apply(&r); err != nil {
+				return "", got, err
+			}
+			l.updates.Add(1)
+		case lb.HeartbeatTypeURL:
+			l.heartbeats.Add(1)
+		}
+		if err := st.SendMsg(ack); err != nil {
+			return "", got, err
+		}
+	}
+}
+
+// apply takes in an ArcBlock response: the versions of the blocks sent,
+// and the table's size from their bit count.
+func (l *lightLookup) apply(r *lightResp) error {
+	if len(r.blocks) > 0 && r.bits != l.bits {
+		if err := wire.ValidBlock(r.bits, 0); err != nil {
+			return err
+		}
+		l.bits, l.versions, l.held = r.bits, make([]uint32, 1<<r.bits), 0
+	}
+	w := l.watch.Load()
+	for _, b := range r.blocks {
+		if b.num >= uint32(len(l.versions)) {
+			return fmt.Errorf("block %d of %d", b.num, len(l.versions))
+		}
+		if l.versions[b.num] == 0 {
+			l.held++
+		}
+		l.versions[b.num] = uint32(max(b.version, 1))
+		if int64(b.num) == w && l.seen.Load() == 0 {
+			l.seen.Store(time.Now().UnixNano())
+		}
+	}
+	for _, b := range r.removed {
+		if b < uint32(len(l.versions)) && l.versions[b] != 0 {
+			l.versions[b] = 0
+			l.held--
+		}
+	}
+	if !l.isReady && l.versions != nil && l.held == len(l.versions) {
+		l.isReady = true
+		close(l.ready)
+	}
+	return nil
+}
+
+// lightNode names the lookup and its namespace (node.cluster, which the
+// manager reads when the metadata does not name one).
+func lightNode(name string) *corev3.Node {
+	return &corev3.Node{Id: name, Cluster: namespace, UserAgentName: "managerscale-light"}
+}
+
+// lightResp is what a light lookup keeps of a response.
+type lightResp struct {
+	typeURL, nonce string
+	blocks         []lightBlock // reused from response to response
+	removed        []uint32
+	bits           uint32 // the first block's bit count
+}
+
+type lightBlock struct {
+	num     uint32
+	version uint64
+}
+
+// lightCodec marshals requests as protobuf and parses responses into
+// lightResp without building the messages.
+type lightCodec struct{}
+
+func (lightCodec) Name() string { return "proto" }
+
+func (lightCodec) Marshal(v any) ([]byte, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("lightCodec: cannot marshal %T", v)
+	}
+	return proto.Marshal(m)
+}
+
+var blockPrefix = []byte(namespace + "/block/")
+
+// Unmarshal parses a DeltaDiscoveryResponse: type_url (4), nonce (5),
+// resources (2: name 3, version 1, resource 2 whose Any value 2 is an
+// ArcBlock with block_bits 10) and removed_resources (6).
+func (lightCodec) Unmarshal(data []byte, v any) error {
+	r, ok := v.(*lightResp)
+	if !ok {
+		return fmt.Errorf("lightCodec: cannot unmarshal into %T", v)
+	}
+	r.typeURL, r.nonce, r.blocks, r.removed, r.bits = "", "", r.blocks[:0], r.removed[:0], 0
+	return eachField(data, func(num protowire.Number, b []byte) error {
+		switch num {
+		case 4:
+			r.typeURL = string(b)
+		case 5:
+			r.nonce = string(b)
+		case 6:
+			if n, ok := blockNum(b); ok {
+				r.removed = append(r.removed, n)
+			}
+		case 2:
+			var blk lightBlock
+			var name, value []byte
+			err := eachField(b, func(num protowire.Number, f []byte) error {
+				switch num {
+				case 3:
+					name = f
+				case 1:
+					blk.version, _ = strconv.ParseUint(string(f), 10, 64)
+				case 2:
+					return eachField(f, func(num protowire.Number, g []byte) error {
+						if num == 2 {
+							value = g
+						}
+						return nil
+					})
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			n, ok := blockNum(name)
+			if !ok {
+				return nil
+			}
+			blk.num = n
+			if len(r.blocks) == 0 {
+				r.bits = blockBitsOf(value)
+			}
+			r.blocks = append(r.blocks, blk)
+		}
+		return nil
+	})
+}
+
+// eachField calls f with the length-delimited fields of a message, by
+// number, and skips the others.
+func eachField(b []byte, f func(protowire.Number, []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		if typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return protowire.ParseError(n)
+			}
+			if err := f(num, v); err != nil {
+				return err
+			}
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// blockNum is the number in a block's name, false for another name.
+func blockNum(name []byte) (uint32, bool) {
+	rest, ok := bytes.CutPrefix(name, blockPrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(rest), 10, 32)
+	return uint32(n), err == nil
+}
+
+// blockBitsOf is an encoded ArcBlock's block_bits (field 10), 0 if none.
+func blockBitsOf(b []byte) uint32 {
+	var bits uint32
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0
+		}
+		b = b[n:]
+		if num == 10 && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return 0
+			}
+			bits, b = uint32(v), b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return 0
+		}
+		b = b[n:]
+	}
+	return bits
+}
+
+// stats are a light lookup's counters.
+func (l *lightLookup) stats() (updates, heartbeats, reconnects uint64) {
+	return l.updates.Load(), l.heartbeats.Load(), l.reconnects.Load()
+}
