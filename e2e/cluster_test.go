@@ -402,15 +402,6 @@ func post(t *testing.T, httpAddr, path string) int {
 	return resp.StatusCode
 }
 
-// latencyBound is a latency target as the issue states it, measured
-// without the race detector; with it, five times the target.
-func latencyBound(target time.Duration) time.Duration {
-	if raceEnabled {
-		return 5 * target
-	}
-	return target
-}
-
 // TestBuildClusterRetriesTakenPort gives a node's first start a raft port
 // another listener holds, as another test's process could take a port
 // freePort released: the cluster must still come up, on new ports.

@@ -41,7 +41,9 @@ func (c *commitLog) NamespaceDeleted(ns string) { c.inner.NamespaceDeleted(ns) }
 
 // TestLookupConvergence measures, for every commit of the lease table, the
 // time until each lookup's table equals it (or a later commit), while
-// owners join and are drained. p99 must be under 50 ms on loopback.
+// owners join and are drained: every commit reaches every lookup. The
+// times are logged, not asserted (speed goals live in benchmarks:
+// BenchmarkConverge in manager, make bench-manager's convergence line).
 func TestLookupConvergence(t *testing.T) {
 	c := newCluster(t, 1, 3*time.Second)
 	nd := c.nodes[0]
@@ -126,8 +128,5 @@ func TestLookupConvergence(t *testing.T) {
 		len(lat), p(0.50).Round(time.Microsecond), p(0.99).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond))
 	if len(lat) < 30 {
 		t.Fatalf("only %d samples", len(lat))
-	}
-	if bound := latencyBound(50 * time.Millisecond); p(0.99) > bound {
-		t.Errorf("p99 %v, want under %v (50 ms without the race detector)", p(0.99), bound)
 	}
 }

@@ -41,7 +41,7 @@ func TestLeaderFailover(t *testing.T) {
 
 	var worstElect, worstServe time.Duration
 	for k := range kills {
-		old := c.leader()
+		old := c.waitLeader() // between kills there may be a moment without one
 		sessions := map[string]uint64{}
 		for name, o := range owners {
 			sessions[name] = o.Stats().Sessions
@@ -75,15 +75,9 @@ func TestLeaderFailover(t *testing.T) {
 		})
 		served := time.Since(killedAt)
 		worstElect, worstServe = max(worstElect, elected), max(worstServe, served)
-		// The goal is 2 s (measured without the race detector); under it,
-		// on a shared 2-core machine, only a loose bound is checked.
-		bound := 2 * time.Second
-		if raceEnabled {
-			bound = 6 * time.Second
-		}
-		if served > bound {
-			t.Errorf("kill %d: the new leader served every owner and lookup after %v, want within %v", k+1, served, bound)
-		}
+		// The times are logged, not asserted: speed goals live in
+		// benchmarks (the standards), and on a shared 2-core CI machine
+		// under the race detector a bound here only measures the load.
 		eventually(t, "convergence on the new leader", func() bool { return converged(c, owners, lookups) })
 		view, _ := leaderView(nl)
 		t.Logf("kill %d: %s -> %s: elected in %v, every owner renewed in %v, every lookup heard it in %v", k+1, old.cfg.NodeID, nl.cfg.NodeID,
@@ -181,10 +175,8 @@ func TestDrainMovesArcsInOneRoundTrip(t *testing.T) {
 		return len(drained.Held()) == 0 && converged(c, owners, nil)
 	})
 	took := time.Since(start)
+	// Logged, not asserted: see TestLeaderFailover.
 	t.Logf("drain: arcs moved to the other owners in %v", took.Round(time.Microsecond))
-	if bound := latencyBound(100 * time.Millisecond); took > bound {
-		t.Errorf("drain took %v, want under %v (100 ms without the race detector)", took, bound)
-	}
 }
 
 // startOwnerWith is startOwner with dial options.
