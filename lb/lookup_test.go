@@ -304,6 +304,47 @@ func TestXDSBlocksResized(t *testing.T) {
 	}
 }
 
+// Blocks of a new size that do not make a whole table (the manager cut the
+// table anew and believes the lookup holds the other blocks under their
+// old names) are not applied, and the lookup opens a new stream, sending
+// only the versions of the blocks it holds of the new size, which
+// receives the rest. Without the new stream the wait for a second open
+// times out.
+func TestXDSBlocksResizedIncompleteRestartsStream(t *testing.T) {
+	srv := newXDSServer(t, ns, quarters...)
+	l, losses := startLookup(t, []string{srv.Addr()}, nil)
+	waitReady(t, l)
+	srv.wait("the first stream", func(_ []record, opens int) bool { return opens == 1 })
+
+	// Only the blocks of the second quarter, at four times the count.
+	table := replaced(quarters, 1, ent(q, 2*q, "b", 5))
+	big := tableBlocksOf(ns, testBits+2, table)
+	part := map[uint32]*fugev1.ArcBlock{}
+	for b, blk := range big {
+		if lo, hi := wire.BlockOf(q+1, testBits+2), wire.BlockOf(2*q, testBits+2); b >= lo && b <= hi {
+			part[b] = blk
+		}
+	}
+	srv.publish(part)
+	srv.wait("a new stream after an incomplete resized table", func(_ []record, opens int) bool { return opens >= 2 })
+	if st := l.Stats(); st.Rejected == 0 {
+		t.Fatalf("the incomplete table was not counted as rejected: %+v", st)
+	}
+	if got, want := l.Entries(), []lease.Entry{quarters[3], quarters[0], quarters[1], quarters[2]}; !slices.Equal(got, want) {
+		t.Fatalf("table %v after an incomplete resize, want the old one %v", got, want)
+	}
+	noLoss(t, losses)
+
+	// The whole table at the new size: the lookup takes it.
+	srv.publish(big)
+	checkLoss(t, waitLoss(t, losses), false, rg(q, 2*q))
+	checkAt(t, l, q+1, ent(q, 2*q, "b", 5))
+	checkAt(t, l, 3*q, quarters[2])
+	if st := l.Stats(); st.LossAll != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
 // A change of one arc arrives as the one block that holds it, and
 // notifies exactly that arc's range, not its block's.
 func TestXDSOneBlockChangeNotifiesOneArc(t *testing.T) {

@@ -309,8 +309,13 @@ func (s *session) onBlocks(c *conn, resp *discovery.DeltaDiscoveryResponse) {
 	}
 	maps.Copy(s.held, u.set)
 	// The ACK goes out once the response is dealt with, so a manager that
-	// sees it knows the table is published and the loss upcall queued.
-	defer s.send(c, ack(resp, nil))
+	// sees it knows the table is published and the loss upcall queued
+	// (unless the stream is closed first: nothing may follow CloseSend).
+	defer func() {
+		if !c.closing {
+			s.send(c, ack(resp, nil))
+		}
+	}()
 
 	if lsn, err := strconv.ParseUint(resp.GetSystemVersionInfo(), 10, 64); err == nil {
 		s.l.servedLSN.Store(lsn)
