@@ -186,55 +186,85 @@ func (p *seedsPolicy) Plan(in BalanceInput) []VNodeMove {
 	return moves
 }
 
-// Thresholds of the fit policy, as multiples of the mean load: a round
-// starts moving when the most loaded owner is above fitStart, and keeps
-// moving, round after round, until it is at or below fitStop (hysteresis:
-// the noise of a settled pool stays inside the band and moves nothing).
+// Thresholds of the fit policy, as multiples of the mean load: a settled
+// pool starts moving when the most loaded owner is above fitStart, and keeps
+// moving, round after round, until it is at or below fitStop, or until no
+// round can promise progress (see fitPolicy: hysteresis as a band).
 const (
 	fitStart = 1.08
 	fitStop  = 1.04
 	// fitMaxBlock bounds the virtual nodes fit considers moving at once
 	// between one pair of owners.
 	fitMaxBlock = 8
+	// fitMass: a range group's load on one owner above the group's
+	// baseline density by more than fitMass of the mean owner load is
+	// taken for a hot key (a point mass in one unknown arc of that owner
+	// in that group), not for load spread over the owner's arcs.
+	fitMass = 0.02
+	// fitRisk: a move that hands over arcs with at least this probability
+	// of carrying a mass (see fitModel.handOnce) counts the whole mass in
+	// the taker's worst case; below it, the mass counts by its probability
+	// only. A move that does hand over a hot key by that chance cannot be
+	// undone within the episode (each owner only gives or only takes).
+	fitRisk = 0.2
 )
 
 // fitPolicy moves virtual nodes by their estimated load. The Envoy-exact
 // ring decides which arcs a count change moves: the giver loses the arc of
 // its highest-index entry, which passes to the next entry clockwise; the
 // receiver's next entry takes the arc before it from that entry's owner.
-// fit estimates the load of each such arc from the owners' per-group
-// reports (load per unit of circle in each of the 64 range groups, spread
-// evenly within a group) and, greedily, makes the move from the most
-// loaded owner, to one of the three least loaded, that lowers the sum of
-// squared estimated loads (the variance) the most without raising any
-// owner above the current maximum; a move that would not help is not made
-// (the giver's next entry may carry no load), and the giver is set aside
-// for the round. So it moves as many virtual nodes as the estimated
-// imbalance needs, where seeds moves one per owner per round, and it does
-// not move an empty arc that would leave the load where it is.
-// Cost: O(owners) per move considered, plus O(log R) ring lookups.
 //
-// Hysteresis against noise and against what the ring cannot do: fit stops
-// at fitStop, and it also stops ("stalls") after two moving rounds in a row
-// that did not lower the measured max/mean by fitProgress below the best
-// since it started (the
-// estimate was wrong: one hot key, not an even spread, carries a group's
-// load, and moving more would only pass the key from owner to owner); it
-// starts again only once the measured max/mean is fitRestall above where it
-// stalled, or above fitStart from a settled pool.
+// The load model. Each owner reports its load per range group (1/64 of
+// the circle). In each group, the baseline density is the share-weighted
+// median of the owners' densities (load per unit of circle) there; an
+// owner's group load above baseline·share by more than fitMass of the mean
+// is a point mass: a hot key in one of its arcs in that group, which one
+// the reports cannot tell. The rest is spread evenly over the owner's arcs
+// in the group. A move that hands over part of an owner's arcs in a group
+// with a mass hands over the mass with the probability of its share (for
+// the expected loads), and in the worst case the whole mass lands on the
+// new holder (for the bounds). So a hot key is never handed to an owner
+// that it would make the most loaded one; at Zipf 1.1 the top key alone
+// is 13.5% of the load, more than the mean share of 8 owners (12.5%), and
+// fit sheds the other arcs of its holder instead of passing the key around.
+//
+// A round, greedily: take the owner with the highest worst-case load as
+// giver; among the blocks of up to fitMaxBlock of its highest entries and
+// the three least loaded receivers, make the move that lowers the sum of
+// squared expected loads the most while no owner's worst-case load reaches
+// the giver's; repeat up to MaxMoves virtual nodes. The round is made only
+// if it lowers the highest worst-case load by fitProgress of the mean;
+// otherwise nothing moves and fit settles where it is.
+//
+// Why it converges, with no 2-cycle. Every moving round lowers the
+// predicted maximum (an upper bound of the true one, given the reports) by
+// at least fitProgress·mean, and the next round plans again from measured
+// loads; the reverse of a move would raise that bound again, so it is never
+// made while the load stands still. A moving round after which the
+// measured max/mean is not fitProgress below the best since it started
+// counts as no progress (the model was wrong, or noise); two in a row
+// settle fit too. A settled fit ("stalled") moves again only once the
+// measured max/mean is fitRestall above where it settled (a load shift),
+// or above fitStart from a balanced pool: the band is wider than the
+// noise of a 5 s EWMA at the bench's rates, so a standing load yields a
+// bounded number of moving rounds, then none.
+// Cost: O(owners·groups) per round, plus O(owners) and O(log R) ring
+// lookups per move considered.
 type fitPolicy struct {
-	active     bool    // a round found the pool above fitStart and it has not reached fitStop since
+	active     bool    // a round found the pool above fitStart and it has not settled since
 	moved      bool    // the last round moved virtual nodes
 	best       float64 // the lowest max/mean measured since it started moving
 	noProgress int     // moving rounds in a row that did not help
-	stalled    float64 // max/mean where it stalled; 0 if it has not
+	stalled    float64 // max/mean where it settled; 0 if it has not
+	// gave and took are the owners that gave or took virtual nodes since
+	// fit last started moving: within an episode an owner only gives or
+	// only takes, so no arc moves back and forth.
+	gave, took map[string]bool
 }
 
-// fitRestall is how much above where it stalled max/mean must get for fit
+// fitRestall is how much above where it settled max/mean must get for fit
 // to move again; fitProgress is the least improvement of max/mean that
-// counts as progress. A round after moves that finds max/mean worse counts
-// as no progress too, even if the load shifted meanwhile: fit cannot tell
-// the two apart, and a hot key passed from owner to owner looks the same.
+// counts as progress, predicted (to make a round) and measured (to go on).
 const (
 	fitRestall  = 0.05
 	fitProgress = 0.02
@@ -243,91 +273,180 @@ const (
 func (*fitPolicy) Name() string { return BalanceFit }
 func (*fitPolicy) wantShares()  {}
 
+// settle stops fit at ratio until the load moves by fitRestall.
+func (p *fitPolicy) settle(ratio float64) {
+	p.stalled, p.active, p.noProgress, p.moved = ratio, false, 0, false
+	p.gave, p.took = nil, nil
+}
+
 func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 	n := len(in.Owners)
 	if n < 2 {
 		return nil
 	}
 	mean := meanLoad(in.Owners)
-	est := make([]float64, n)
-	idx := make(map[string]int, n)
+	if mean <= 0 {
+		return nil
+	}
 	maxLoad := 0.0
-	for i, o := range in.Owners {
-		est[i] = o.Load
-		idx[o.Name] = i
+	for _, o := range in.Owners {
 		maxLoad = max(maxLoad, o.Load)
 	}
 	ratio := maxLoad / mean
 	prevMoved := p.moved
 	p.moved = false
 	switch {
-	case p.stalled > 0 && ratio <= p.stalled+fitRestall:
+	case p.stalled > 0 && ratio <= max(p.stalled+fitRestall, fitStart):
 		return nil
 	case p.stalled > 0 || (!p.active && ratio > fitStart):
 		p.stalled, p.best, p.noProgress = 0, ratio, 0
+		p.gave, p.took = map[string]bool{}, map[string]bool{}
 	case !p.active:
 		return nil
 	case ratio <= fitStop:
 		p.active, p.noProgress = false, 0
+		p.gave, p.took = nil, nil
 		return nil
 	case prevMoved && ratio < p.best-fitProgress:
 		p.best, p.noProgress = ratio, 0
 	case prevMoved:
 		// The last moves did not lower the measured maximum.
 		if p.noProgress++; p.noProgress >= 2 {
-			p.stalled, p.active, p.noProgress = max(ratio, fitStart), false, 0
+			p.settle(ratio)
 			return nil
 		}
 	}
 	p.active = true
-	// density[i][g]: estimated load per unit of circle of owner i in group g.
-	density := make([][lease.LoadGroups]float64, n)
+	m := newFitModel(in, mean)
+	moves, before, after := m.plan(in, mean, p.gave, p.took)
+	if len(moves) == 0 || after > before-fitProgress*mean {
+		// Nothing the model can promise: settle here.
+		p.settle(ratio)
+		return nil
+	}
+	for _, mv := range moves {
+		p.gave[mv.From], p.took[mv.To] = true, true
+	}
+	p.moved = true
+	return moves
+}
+
+// fitModel is one round's load model: per owner and group, the density of
+// the spread load and the point mass (see fitPolicy).
+type fitModel struct {
+	idx     map[string]int
+	share   [][lease.LoadGroups]float64
+	density [][lease.LoadGroups]float64
+	mass    [][lease.LoadGroups]float64
+}
+
+func newFitModel(in BalanceInput, mean float64) *fitModel {
+	n := len(in.Owners)
+	m := &fitModel{idx: make(map[string]int, n), share: make([][lease.LoadGroups]float64, n),
+		density: make([][lease.LoadGroups]float64, n), mass: make([][lease.LoadGroups]float64, n)}
+	load := make([][lease.LoadGroups]float64, n)
 	for i, o := range in.Owners {
+		m.idx[o.Name] = i
 		var total float64
 		if o.Share != nil {
+			m.share[i] = *o.Share
 			for _, s := range o.Share {
 				total += s
 			}
 		}
 		for g := range lease.LoadGroups {
-			s := 0.0
-			if o.Share != nil {
-				s = o.Share[g]
-			}
 			switch {
-			case o.Groups != nil && s > 0:
-				density[i][g] = o.Groups[g] / s
-			case o.Groups == nil && total > 0:
-				density[i][g] = o.Load / total
+			case o.Groups != nil:
+				load[i][g] = o.Groups[g]
+			case total > 0:
+				load[i][g] = o.Load * m.share[i][g] / total
 			}
 		}
 	}
-	arcLoad := func(i int, r ring.Range) float64 {
-		var l float64
-		eachGroup(r, func(g int, share float64) { l += share * density[i][g] })
-		return l
+	type ds struct{ d, w float64 }
+	col := make([]ds, 0, n)
+	for g := range lease.LoadGroups {
+		col = col[:0]
+		var wsum float64
+		for i := range n {
+			if s := m.share[i][g]; s > 0 {
+				col = append(col, ds{load[i][g] / s, s})
+				wsum += s
+			}
+		}
+		if len(col) == 0 {
+			continue
+		}
+		slices.SortFunc(col, func(a, b ds) int { return cmp.Compare(a.d, b.d) })
+		base, acc := col[len(col)-1].d, 0.0
+		for _, c := range col {
+			if acc += c.w; acc >= wsum/2 {
+				base = c.d
+				break
+			}
+		}
+		for i := range n {
+			s := m.share[i][g]
+			if s <= 0 {
+				continue
+			}
+			if e := load[i][g] - base*s; e > fitMass*mean {
+				m.mass[i][g], m.density[i][g] = e, base
+			} else {
+				m.density[i][g] = load[i][g] / s
+			}
+		}
+	}
+	return m
+}
+
+// fitDiff is a candidate move's effect: expected load changes, and
+// worst-case ones (a giver keeps its masses, a taker gets them whole).
+type fitDiff struct {
+	exp, worst sparse
+	masses     []massQ // the masses the block may hand over, with their probability
+}
+
+type massKey struct{ to, from, g int }
+
+type massQ struct {
+	k massKey
+	q float64
+}
+
+// plan returns the round's moves and the highest worst-case load before
+// and after them.
+func (m *fitModel) plan(in BalanceInput, mean float64, gave, took map[string]bool) (moves []VNodeMove, before, after float64) {
+	n := len(in.Owners)
+	est := make([]float64, n) // expected loads
+	up := make([]float64, n)  // worst-case loads
+	for i, o := range in.Owners {
+		est[i], up[i] = o.Load, o.Load
+		before = max(before, o.Load)
 	}
 	removed := make([]int, n)
 	added := make([]int, n)
 	done := make([]bool, n) // set aside as givers for this round
-	var moves []VNodeMove
+	for i, o := range in.Owners {
+		done[i] = took[o.Name]
+	}
 	moved := 0
+	var cand, best fitDiff
 	for moved < in.MaxMoves {
 		hi := -1
-		for i := range est {
-			if !done[i] && (hi < 0 || est[i] > est[hi]) {
+		for i := range up {
+			if !done[i] && (hi < 0 || up[i] > up[hi]) {
 				hi = i
 			}
 		}
 		if hi < 0 {
 			break
 		}
-		top := est[hi]
-		for i := range est {
-			top = max(top, est[i])
+		top := 0.0
+		for i := range up {
+			top = max(top, up[i])
 		}
 		if top <= fitStop*mean {
-			p.active = false
 			break
 		}
 		gi := in.Owners[hi]
@@ -335,53 +454,89 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 			done[hi] = true
 			continue
 		}
-		// The giver's k highest-index entries leave, each arc passing to
-		// the next entry clockwise; the receiver's next k entries join,
-		// each taking the arc before it from that entry's owner. k runs
-		// to fitMaxBlock so that a giver whose top entry's arc passes to
-		// itself (or carries nothing) can still shed load.
-		best, bestK, bestDelta := -1, 0, -1e-9*mean*mean
-		var diff, bestDiff sparse
-		for _, lo := range leastLoaded(est, hi, 3) {
-			diff = diff[:0]
+		bestLo, bestK, bestDelta := -1, 0, -1e-9*mean*mean
+		for _, lo := range leastLoaded(est, hi, 3, func(i int) bool { return !gave[in.Owners[i].Name] }) {
+			cand.exp, cand.worst, cand.masses = cand.exp[:0], cand.worst[:0], cand.masses[:0]
 			rcv := in.Owners[lo]
 			for k := 1; k <= fitMaxBlock && moved+k <= in.MaxMoves && gi.VNodes-removed[hi]-k >= 1; k++ {
+				// The giver's entry leaves: its arc passes to the next
+				// entry clockwise.
 				pos := in.Ring.Lookup(ring.EntryHash(gi.Name, gi.VNodes-removed[hi]-k))
-				l1 := arcLoad(hi, in.Ring.Arc(pos))
-				succ := idx[in.Ring.OwnerName((pos+1)%in.Ring.Len())]
-				diff = diff.add(hi, -l1).add(succ, l1)
+				succ := m.idx[in.Ring.OwnerName((pos+1)%in.Ring.Len())]
+				m.handOnce(&cand, hi, succ, in.Ring.Arc(pos))
+				// The receiver's next entry joins: it takes the arc
+				// before it from that entry's owner.
 				q := ring.EntryHash(rcv.Name, rcv.VNodes+added[lo]+k-1)
 				p2 := in.Ring.Lookup(q)
-				o2 := idx[in.Ring.OwnerName(p2)]
-				l2 := arcLoad(o2, ring.Range{Start: in.Ring.Arc(p2).Start, End: q})
-				diff = diff.add(o2, -l2).add(lo, l2)
-				delta, worst := 0.0, 0.0
-				for _, d := range diff {
+				m.handOnce(&cand, m.idx[in.Ring.OwnerName(p2)], lo, ring.Range{Start: in.Ring.Arc(p2).Start, End: q})
+				delta, ok := 0.0, true
+				for _, d := range cand.exp {
 					v := est[d.i] + d.d
 					delta += v*v - est[d.i]*est[d.i]
-					if d.d != 0 {
-						worst = max(worst, v)
+				}
+				for _, d := range cand.worst {
+					if d.i != hi && up[d.i]+d.d >= top {
+						ok = false
 					}
 				}
-				if worst < top && delta < bestDelta {
-					best, bestK, bestDelta, bestDiff = lo, k, delta, append(bestDiff[:0], diff...)
+				if ok && delta < bestDelta {
+					bestLo, bestK, bestDelta = lo, k, delta
+					best.exp, best.worst = append(best.exp[:0], cand.exp...), append(best.worst[:0], cand.worst...)
 				}
 			}
 		}
-		if best < 0 {
+		if bestLo < 0 {
 			done[hi] = true
 			continue
 		}
-		for _, d := range bestDiff {
+		for _, d := range best.exp {
 			est[d.i] += d.d
 		}
+		for _, d := range best.worst {
+			up[d.i] += d.d
+		}
 		removed[hi] += bestK
-		added[best] += bestK
+		added[bestLo] += bestK
 		moved += bestK
-		moves = appendMove(moves, VNodeMove{From: gi.Name, To: in.Owners[best].Name, N: bestK})
+		moves = appendMove(moves, VNodeMove{From: gi.Name, To: in.Owners[bestLo].Name, N: bestK})
 	}
-	p.moved = len(moves) > 0
-	return moves
+	for i := range up {
+		after = max(after, up[i])
+	}
+	return moves, before, after
+}
+
+// handOnce adds to d the effect of owner from handing the range r to owner
+// to: the spread load it carries, and the masses it may carry, each with
+// the probability q that it lies in r (the share of the owner's arcs in
+// the group that r covers): q·mass in d.exp; the whole mass in d.worst of
+// the taker once the block's q for it reaches fitRisk.
+func (m *fitModel) handOnce(d *fitDiff, from, to int, r ring.Range) {
+	if from == to {
+		return
+	}
+	eachGroup(r, func(g int, share float64) {
+		l := share * m.density[from][g]
+		d.exp = d.exp.add(from, -l).add(to, l)
+		d.worst = d.worst.add(from, -l).add(to, l)
+		e := m.mass[from][g]
+		if e <= 0 || m.share[from][g] <= 0 {
+			return
+		}
+		q := min(share/m.share[from][g], 1)
+		d.exp = d.exp.add(from, -q*e).add(to, q*e)
+		k := massKey{to, from, g}
+		j := slices.IndexFunc(d.masses, func(x massQ) bool { return x.k == k })
+		if j < 0 {
+			d.masses = append(d.masses, massQ{k: k})
+			j = len(d.masses) - 1
+		}
+		was := d.masses[j].q
+		d.masses[j].q += q
+		if was < fitRisk && d.masses[j].q >= fitRisk {
+			d.worst = d.worst.add(to, e)
+		}
+	})
 }
 
 // sparse is a few owners' load changes, in the order first changed, so
@@ -404,11 +559,12 @@ func (s sparse) add(i int, d float64) sparse {
 	}{i, d})
 }
 
-// leastLoaded returns up to k indices of the smallest est other than skip.
-func leastLoaded(est []float64, skip, k int) []int {
+// leastLoaded returns up to k indices of the smallest est other than skip
+// for which ok holds.
+func leastLoaded(est []float64, skip, k int, ok func(int) bool) []int {
 	var out []int
 	for i := range est {
-		if i != skip {
+		if i != skip && ok(i) {
 			out = append(out, i)
 		}
 	}
