@@ -28,9 +28,10 @@ const (
 	// the estimated loads most, several per round (see fitPolicy).
 	BalanceFit = "fit"
 	// DefaultBalance is the policy of a namespace that names none: fit,
-	// which beat the papers' rule on make bench-balance (max/mean 1.05
-	// within 60 s at Zipf 0.8, where seeds stayed at 1.18; see README,
-	// "Load balancing"). A namespace whose owners report no load, or a
+	// which beat the papers' rule on make bench-balance (max/mean 1.04
+	// within 60 s at Zipf 0.8, where seeds stayed at 1.18; 1.37 at Zipf
+	// 1.1, where seeds stayed at 1.99; no moves after convergence at
+	// either; see README, "Load balancing"). A namespace whose owners report no load, or a
 	// mean load under BalanceMinLoad, never moves; one that must not move
 	// keys for load at all says off.
 	DefaultBalance = BalanceFit
