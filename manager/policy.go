@@ -245,7 +245,7 @@ const (
 // that took only takes: a giver loses its highest indices and could only
 // get them back by taking, a taker gains the next indices and could only
 // lose them by giving, so no entry, hence no arc, changes owner twice in
-// an episode, and an episode is at most R/fitMaxBlock moves long whatever
+// an episode, and an episode moves at most R virtual nodes whatever
 // the reports say (a 2-cycle needs an arc to come back). A moving round
 // after which the measured max/mean is not fitProgress below the best
 // since it started counts as no progress (the model was wrong, or noise);
