@@ -326,7 +326,9 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 	case prevMoved:
 		// The last moves did not lower the measured maximum.
 		if p.noProgress++; p.noProgress >= 2 {
-			p.settle(ratio)
+			// Settle at the best of the episode: if the moves made
+			// things worse by fitRestall, the next round starts afresh.
+			p.settle(min(ratio, p.best))
 			return nil
 		}
 	}
