@@ -249,9 +249,12 @@ const (
 // the reports say (a 2-cycle needs an arc to come back). A moving round
 // after which the measured max/mean is not fitProgress below the best
 // since it started counts as no progress (the model was wrong, or noise);
-// two in a row settle fit, as does a round that can promise nothing. A
-// settled fit ("stalled") moves again only once the measured max/mean is
-// fitRestall above where it settled and above fitStart (a load shift):
+// two in a row settle fit at the best max/mean of the episode, and a round
+// that can promise nothing settles it where it is. A settled fit
+// ("stalled") moves again only once the measured max/mean is fitRestall
+// above where it settled and above fitStart (a load shift, or moves that
+// made things worse, which start a fresh episode; every such restart is
+// fitRestall higher than the last, so there are few):
 // the band is wider than the noise of a 5 s EWMA at the bench's rates
 // (about ±0.02 at Zipf 1.1), so a standing load yields a bounded number of
 // moving rounds, then none.
