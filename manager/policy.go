@@ -252,9 +252,10 @@ const (
 // two in a row settle fit at the best max/mean of the episode, and a round
 // that can promise nothing settles it where it is. A settled fit
 // ("stalled") moves again only once the measured max/mean is fitRestall
-// above where it settled and above fitStart (a load shift, or moves that
-// made things worse, which start a fresh episode; every such restart is
-// fitRestall higher than the last, so there are few):
+// above where it settled and above fitStart (a load shift, or moves of
+// fit's own that made things worse, which start a fresh episode from
+// there; only the latter can repeat under a standing load, and only while
+// fit's model keeps being wrong by more than the band):
 // the band is wider than the noise of a 5 s EWMA at the bench's rates
 // (about ±0.02 at Zipf 1.1), so a standing load yields a bounded number of
 // moving rounds, then none.
