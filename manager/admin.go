@@ -40,6 +40,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/namespaces", s.leaderOnly(s.getNamespaces))
 	mux.HandleFunc("POST /v1/namespaces", s.leaderOnly(s.postNamespace))
 	mux.HandleFunc("DELETE /v1/namespaces/{ns}", s.leaderOnly(s.deleteNamespace))
+	mux.HandleFunc("PUT /v1/namespaces/{ns}/balance", s.leaderOnly(s.putBalance))
 	mux.HandleFunc("GET /v1/namespaces/{ns}/ring", s.leaderOnly(s.getRing))
 	mux.HandleFunc("GET /v1/namespaces/{ns}/leases", s.leaderOnly(s.getLeases))
 	mux.HandleFunc("GET /v1/namespaces/{ns}/owners", s.leaderOnly(s.getOwners))
@@ -382,6 +383,56 @@ func (s *Server) postNamespace(w http.ResponseWriter, r *http.Request, l *leader
 		return
 	}
 	writeJSON(w, http.StatusCreated, nsJSON(nc))
+}
+
+// balanceJSON is the body of PUT /v1/namespaces/{ns}/balance: the
+// namespace's balancing policy and knobs; an omitted knob takes its
+// default, as at creation.
+type balanceJSON struct {
+	Balance         string  `json:"balance"`
+	BalanceInterval string  `json:"balance_interval,omitempty"`
+	BalanceMaxMoves int     `json:"balance_max_moves,omitempty"`
+	BalanceMinLoad  float64 `json:"balance_min_load,omitempty"`
+}
+
+// putBalance changes a namespace's balancing policy after its creation:
+// checked, committed (op balance), then applied to the leader's core.
+func (s *Server) putBalance(w http.ResponseWriter, r *http.Request, l *leaderState) {
+	var in balanceJSON
+	if err := decodeBody(r, &in); err != nil {
+		writeErr(w, err)
+		return
+	}
+	nc := NamespaceConfig{Name: r.PathValue("ns"), Balance: in.Balance, BalanceMaxMoves: in.BalanceMaxMoves, BalanceMinLoad: in.BalanceMinLoad}
+	if in.BalanceInterval != "" {
+		d, err := time.ParseDuration(in.BalanceInterval)
+		if err != nil || d <= 0 {
+			writeErr(w, fmt.Errorf("%w: balance_interval %.40q", ErrBadRequest, in.BalanceInterval))
+			return
+		}
+		nc.BalanceInterval = d
+	}
+	if in.BalanceMaxMoves < 0 || in.BalanceMinLoad < 0 {
+		writeErr(w, fmt.Errorf("%w: balance_max_moves and balance_min_load must not be negative", ErrBadRequest))
+		return
+	}
+	var out NamespaceConfig
+	err := l.do(func() error {
+		c, err := l.core.BalanceConfig(nc)
+		if err != nil {
+			return err
+		}
+		if err := s.apply(command{Op: opBalance, Namespace: &nc}); err != nil {
+			return err
+		}
+		out = c
+		return l.core.SetBalance(nc)
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, nsJSON(out))
 }
 
 func (s *Server) deleteNamespace(w http.ResponseWriter, r *http.Request, l *leaderState) {

@@ -17,7 +17,7 @@ import (
 
 // fuzzAdminServer starts a single-node manager serving namespace "ns" and
 // returns its admin handler once it leads.
-func fuzzAdminServer(f *testing.F) http.Handler {
+func fuzzAdminServer(f testing.TB) http.Handler {
 	cfg := DefaultServerConfig()
 	cfg.NodeID = "n1"
 	cfg.DataDir = f.TempDir()

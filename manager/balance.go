@@ -9,6 +9,10 @@ import (
 	"github.com/fuge-project/fuge/ring"
 )
 
+// opBalance is the raft command that changes a namespace's balancing
+// policy and knobs (Server.putBalance).
+const opBalance = "balance"
+
 // ownerLoad is an owner's latest accepted load report: soft, leader-local
 // state (never committed; a new leader starts without reports).
 type ownerLoad struct {
@@ -334,4 +338,44 @@ func (m *Manager) RingShares(ns string) (map[string]float64, error) {
 		out[d.OwnerName(p)] += d.Arc(p).Share()
 	}
 	return out, nil
+}
+
+// withBalance returns cfg with the balancing policy and knobs of nc (its
+// other fields are ignored), zero knobs taking their defaults, checked as
+// at creation. cfg is unchanged on error.
+func withBalance(cfg, nc NamespaceConfig) (NamespaceConfig, error) {
+	c := cfg
+	c.Balance, c.BalanceInterval, c.BalanceMaxMoves, c.BalanceMinLoad = nc.Balance, nc.BalanceInterval, nc.BalanceMaxMoves, nc.BalanceMinLoad
+	if err := c.balanceDefaults(); err != nil {
+		return cfg, err
+	}
+	return c, nil
+}
+
+// BalanceConfig returns the configuration namespace nc.Name would have
+// with nc's balancing policy and knobs, without changing anything: the
+// check the admin API makes before it commits SetBalance.
+func (m *Manager) BalanceConfig(nc NamespaceConfig) (NamespaceConfig, error) {
+	n, err := m.namespace(nc.Name)
+	if err != nil {
+		return NamespaceConfig{}, err
+	}
+	return withBalance(n.cfg, nc)
+}
+
+// SetBalance changes the balancing policy and knobs of namespace nc.Name
+// (nc's other fields are ignored). The policy starts afresh, as under a
+// new leader; load reports and the wait for moves under way are kept.
+func (m *Manager) SetBalance(nc NamespaceConfig) error {
+	n, err := m.namespace(nc.Name)
+	if err != nil {
+		return err
+	}
+	c, err := withBalance(n.cfg, nc)
+	if err != nil {
+		return err
+	}
+	n.cfg = c
+	n.bal.policy = newPolicy(c.Balance)
+	return nil
 }

@@ -236,8 +236,19 @@ func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, erro
 		if orphans {
 			n.deadlines.push(deadline{at: until, kind: arcExpiry, r: ring.Full()})
 		}
+		// The view is the table's projection, marks included: the table
+		// above marks a migrated arc clean (MigratedFrom != 0), so the
+		// view marks it too. Left unmarked, an arc the next steps do not
+		// touch stays unmarked in the view and marked in the table for
+		// good (sim seed 1843: a failover after balancing moves with
+		// migration), which Verify reported although lookups see the
+		// same owner, address, generation and migrated-from.
+		vs := appendAssignments(nil, st.Entries)
+		for i := range vs {
+			vs[i].Value.clean = vs[i].Value.From != 0
+		}
 		n.view = ring.NewTable(viewVal{})
-		n.view.SetAll(appendAssignments(nil, st.Entries))
+		n.view.SetAll(vs)
 		n.view.Compact()
 		n.membersChanged = true
 		n.log.lsn = st.LSN

@@ -25,7 +25,7 @@ type NodeInfo struct {
 
 // command is one raft log entry.
 type command struct {
-	Op        string           `json:"op"` // create, delete, commit, node
+	Op        string           `json:"op"` // create, delete, commit, node, balance
 	Namespace *NamespaceConfig `json:"namespace,omitempty"`
 	Name      string           `json:"name,omitempty"`
 	Commits   []Commit         `json:"commits,omitempty"`
@@ -230,6 +230,20 @@ func (f *fsm) apply(c command) (res any, views []viewNote, deleted string) {
 			}
 		}
 		return nil, views, ""
+	case opBalance:
+		if c.Namespace == nil {
+			return fmt.Errorf("%w: balance without a namespace", ErrBadRequest), nil, ""
+		}
+		st, ok := f.st.Namespaces[c.Namespace.Name]
+		if !ok {
+			return fmt.Errorf("%w: %q", ErrUnknownNamespace, c.Namespace.Name), nil, ""
+		}
+		cfg, err := withBalance(st.Config, *c.Namespace)
+		if err != nil {
+			return err, nil, ""
+		}
+		st.Config = cfg
+		return nil, nil, ""
 	case "node":
 		if c.Node == nil || c.Node.ID == "" {
 			return fmt.Errorf("%w: node without an ID", ErrBadRequest), nil, ""

@@ -25,13 +25,11 @@ func (m *Manager) Verify() error {
 }
 
 func (n *namespace) verify() error {
-	// The clean mark is not part of what lookups see (it only flags the
-	// change that set it, view.go), and a view rebuilt or merged may lose
-	// it where the table keeps it: compare what lookups see.
-	unmark := func(v viewVal) viewVal { v.clean = false; return v }
-	proj := ring.Map(n.table, func(a arc) viewVal { return unmark(n.projection(a)) })
+	// The view is the table's projection exactly, clean marks included
+	// (restore marks both alike, durable.go).
+	proj := ring.Map(n.table, n.projection)
 	proj.Compact()
-	view := ring.Map(n.view, unmark)
+	view := n.view.Clone()
 	view.Compact()
 	if !ring.Equal(proj, view) {
 		return fmt.Errorf("the lookups' view (%d arcs) is not the lease table's projection (%d arcs)", view.Len(), proj.Len())

@@ -212,6 +212,28 @@ func (c *cli) createNamespace(ctx context.Context, args []string) error {
 	return c.namespaceTable(ns)
 }
 
+// setBalance is namespaces balance: PUT /v1/namespaces/NAME/balance.
+func (c *cli) setBalance(ctx context.Context, args []string) error {
+	switch c.flags.balance {
+	case "off", "seeds", "fit":
+	default:
+		return usagef("--balance %q: want off, seeds or fit", c.flags.balance)
+	}
+	in := struct {
+		Balance         string `json:"balance"`
+		BalanceInterval string `json:"balance_interval,omitempty"`
+	}{c.flags.balance, c.flags.balanceEvery}
+	var ns admin.Namespace
+	raw, err := c.client.Call(ctx, http.MethodPut, admin.NamespacePath(args[0], "balance"), in, &ns)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return c.printJSON(raw)
+	}
+	return c.namespaceTable(ns)
+}
+
 func (c *cli) deleteNamespace(ctx context.Context, args []string) error {
 	if _, err := c.client.Call(ctx, http.MethodDelete, admin.NamespacePath(args[0]), nil, nil); err != nil {
 		return err

@@ -58,6 +58,9 @@ func commands() []command {
 			flagsHelp: "[--ring-size N] [--header H] [--lease-duration D] [--balance off|seeds|fit] [--balance-interval D]",
 			help: "create a namespace (zero flags take the manager's defaults; --balance picks the load-balancing policy,\n" +
 				"\tdefault fit; --balance-interval the least time between its rounds, default 15s)", run: (*cli).createNamespace},
+		{name: "namespaces balance", args: []string{"NAME"}, flags: balanceFlagSet, flagsHelp: "--balance off|seeds|fit [--balance-interval D]",
+			help: "change a namespace's load-balancing policy after its creation (the policy starts afresh;\n" +
+				"\t--balance-interval omitted takes the default, 15s)", run: (*cli).setBalance},
 		{name: "namespaces delete", args: []string{"NAME"}, help: "delete a namespace", run: (*cli).deleteNamespace},
 		{name: "ring", args: []string{"NS"}, help: "the ring NS is moving toward: each entry's position, owner and index", run: (*cli).ring},
 		{name: "leases", args: []string{"NS"}, help: "the lease table: each arc's holder, generation, state and expiry", run: (*cli).leases},
@@ -126,6 +129,11 @@ func createFlagSet(fs *flag.FlagSet, f *cmdFlags) {
 	fs.IntVar(&f.ringSize, "ring-size", 0, "")
 	fs.StringVar(&f.header, "header", "", "")
 	fs.StringVar(&f.leaseDuration, "lease-duration", "", "")
+	fs.StringVar(&f.balance, "balance", "", "")
+	fs.StringVar(&f.balanceEvery, "balance-interval", "", "")
+}
+
+func balanceFlagSet(fs *flag.FlagSet, f *cmdFlags) {
 	fs.StringVar(&f.balance, "balance", "", "")
 	fs.StringVar(&f.balanceEvery, "balance-interval", "", "")
 }

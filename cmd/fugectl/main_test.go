@@ -78,6 +78,7 @@ func cannedAPI() map[string]answer {
 			{"position":"f000000000000000","owner":"b1","index":1}]}`},
 		"POST /v1/namespaces":                         {201, `{"name":"carts","ring_size":8,"header":"X-Fuge-Key","lease_duration":"45s","balance":"seeds","balance_interval":"15s"}`},
 		"DELETE /v1/namespaces/a%2Fb":                 {204, ``},
+		"PUT /v1/namespaces/carts/balance":            {200, `{"name":"carts","ring_size":8,"header":"X-Fuge-Key","lease_duration":"45s","balance":"off","balance_interval":"15s"}`},
 		"POST /v1/namespaces/default/owners/b1/drain": {202, `{"namespace":"default","owner":"b1","draining":true}`},
 		"GET /v1/namespaces/nope/leases":              {404, `{"error":"manager: unknown namespace: nope"}`},
 		"POST /v1/namespaces/default/owners/zz/drain": {404, `{"error":"manager: unknown owner: zz"}`},
@@ -252,6 +253,10 @@ b1     1250.5  100.0   60.0    2048    2s ago    no
 b2     -       -       40.0    2048    -         yes
 
 `},
+		{[]string{"namespaces", "balance", "carts", "--balance", "off"}, `
+NAME   RING SIZE  HEADER      LEASE  BALANCE
+carts  8          X-Fuge-Key  45s    off
+`},
 		{[]string{"namespaces", "delete", "a/b"}, `
 namespace a/b deleted
 `},
@@ -358,6 +363,8 @@ func TestRequests(t *testing.T) {
 			request{"POST", "/v1/namespaces", `{"name":"carts","ring_size":8,"header":"X-Cart","lease_duration":"45s"}`}},
 		{[]string{"namespaces", "create", "carts"}, request{"POST", "/v1/namespaces", `{"name":"carts"}`}},
 		{[]string{"namespaces", "delete", "a/b"}, request{"DELETE", "/v1/namespaces/a%2Fb", ""}},
+		{[]string{"namespaces", "balance", "carts", "--balance", "seeds", "--balance-interval", "30s"},
+			request{"PUT", "/v1/namespaces/carts/balance", `{"balance":"seeds","balance_interval":"30s"}`}},
 		{[]string{"drain", "default", "b1"}, request{"POST", "/v1/namespaces/default/owners/b1/drain", ""}},
 	} {
 		before := len(m.requests())

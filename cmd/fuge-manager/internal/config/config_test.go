@@ -122,10 +122,15 @@ namespaces:
     ring_size: 1024
     header: X-User-Id
     lease_duration: 30s
+    balance: seeds
+    balance_interval: 20s
+    balance_max_moves: 16
+    balance_min_load: 2.5
   - name: carts
     header: ~
 `)
-	users := manager.NamespaceConfig{Name: "users", RingSize: 1024, Header: "X-User-Id", LeaseDuration: 30 * time.Second}
+	users := manager.NamespaceConfig{Name: "users", RingSize: 1024, Header: "X-User-Id", LeaseDuration: 30 * time.Second,
+		Balance: manager.BalanceSeeds, BalanceInterval: 20 * time.Second, BalanceMaxMoves: 16, BalanceMinLoad: 2.5}
 	carts := manager.NamespaceConfig{Name: "carts", RingSize: 4096}
 	none := []manager.NamespaceConfig{}
 	for _, c := range []struct {
@@ -195,6 +200,14 @@ func TestErrors(t *testing.T) {
 			want: []string{"fuge.yaml:3", "namespaces[0].lease_duration", "not a duration"}},
 		{name: "unknown key", file: "node_id: a\nlease_duraton: 5s\n",
 			want: []string{"fuge.yaml:2", `unknown key "lease_duraton"`, "lease_duration"}},
+		{name: "bad namespace policy", file: "namespaces:\n  - name: a\n    balance: fast\n",
+			want: []string{"fuge.yaml:3", "namespaces[0].balance", "not a policy"}},
+		{name: "bad namespace max moves", file: "namespaces:\n  - name: a\n    balance_max_moves: 0\n",
+			want: []string{"fuge.yaml:3", "namespaces[0].balance_max_moves", "from 1"}},
+		{name: "bad namespace min load", file: "namespaces:\n  - name: a\n    balance_min_load: -1\n",
+			want: []string{"fuge.yaml:3", "namespaces[0].balance_min_load", "from 0"}},
+		{name: "bad namespace balance interval", file: "namespaces:\n  - name: a\n    balance_interval: 0s\n",
+			want: []string{"fuge.yaml:3", "namespaces[0].balance_interval", "positive"}},
 		{name: "unknown namespace key", file: "namespaces:\n  - name: a\n    ringsize: 8\n",
 			want: []string{"fuge.yaml:3", "namespaces[0].ringsize", "unknown key"}},
 		{name: "repeated key", file: "node_id: a\nnode_id: b\n",

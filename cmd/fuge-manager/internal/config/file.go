@@ -10,7 +10,9 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/manager"
+	"github.com/fuge-project/fuge/ring"
 )
 
 // loadFile applies a YAML file: a mapping from the settings' keys to
@@ -119,8 +121,25 @@ func fileNamespaces(path string, seq *yaml.Node) ([]manager.NamespaceConfig, err
 				ns.Header = v.Value
 			case "lease_duration":
 				err = duration(&ns.LeaseDuration, v.Value)
+			case "balance":
+				ns.Balance = v.Value
+				if !manager.ValidBalance(v.Value) {
+					err = errors.New("not a policy (off, seeds or fit)")
+				}
+			case "balance_interval":
+				err = duration(&ns.BalanceInterval, v.Value)
+			case "balance_max_moves":
+				ns.BalanceMaxMoves, err = strconv.Atoi(v.Value)
+				if err != nil || ns.BalanceMaxMoves < 1 || ns.BalanceMaxMoves > ring.MaxRingSize {
+					err = errors.New("not a number from 1 to the ring size")
+				}
+			case "balance_min_load":
+				ns.BalanceMinLoad, err = strconv.ParseFloat(v.Value, 64)
+				if err != nil || !(ns.BalanceMinLoad >= 0 && ns.BalanceMinLoad <= lease.MaxLoad) {
+					err = errors.New("not a load from 0 to 1e12")
+				}
 			default:
-				err = fmt.Errorf("unknown key (known keys: name, ring_size, header, lease_duration)")
+				err = fmt.Errorf("unknown key (known keys: name, ring_size, header, lease_duration, balance, balance_interval, balance_max_moves, balance_min_load)")
 			}
 			if err != nil {
 				return nil, fmt.Errorf("%s %q: %w", at, v.Value, err)

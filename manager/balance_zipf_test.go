@@ -1,0 +1,138 @@
+package manager
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
+)
+
+// zipfPool is bench/balance's namespace as fit sees it, without the I/O:
+// 8 owners at R = 4096, keys "user-<phase>-<n>" with Zipf popularity, the
+// owners' per-group reports computed from the keys they hold (expected
+// rates at 8000 requests/s, plus the noise of a count over 5 s).
+type zipfPool struct {
+	names  []string
+	counts []ring.Owner
+	keys   [2][]uint64
+	w      []float64 // requests/s by rank
+	noise  *rand.Rand
+}
+
+func newZipfPool(alpha float64, nkeys int, seed uint64) *zipfPool {
+	z := &zipfPool{names: []string{"o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7"}, noise: rand.New(rand.NewPCG(seed, 99))}
+	z.counts, _ = ring.Apportion(z.names, 4096)
+	rng := rand.New(rand.NewPCG(seed, 5))
+	for ph := range 2 {
+		perm := rng.Perm(nkeys)
+		z.keys[ph] = make([]uint64, nkeys)
+		for k := range nkeys {
+			z.keys[ph][k] = ring.HashString(fmt.Sprintf("user-%d-%d", ph, perm[k]))
+		}
+	}
+	var sum float64
+	z.w = make([]float64, nkeys)
+	for k := range z.w {
+		z.w[k] = math.Pow(float64(k+1), -alpha)
+		sum += z.w[k]
+	}
+	for k := range z.w {
+		z.w[k] *= 8000 / sum
+	}
+	return z
+}
+
+// round builds the ring of the current counts and the owners' reports in
+// phase ph; it returns the input and the true max/mean.
+func (z *zipfPool) round(ph int, noisy bool) (BalanceInput, float64) {
+	r, err := ring.New(z.counts)
+	if err != nil {
+		panic(err)
+	}
+	idx := map[string]int{}
+	for i, o := range r.Owners() {
+		idx[o.Name] = i
+	}
+	groups := make([][]float64, len(z.counts))
+	for i := range groups {
+		groups[i] = make([]float64, lease.LoadGroups)
+	}
+	for k, h := range z.keys[ph] {
+		groups[idx[r.LookupOwner(h)]][lease.LoadGroup(h)] += z.w[k]
+	}
+	shares := groupShares(r)
+	in := BalanceInput{RingSize: 4096, Ring: r, MaxMoves: DefaultBalanceMaxMoves}
+	var total, mx float64
+	for i, o := range r.Owners() {
+		var l, truth float64
+		for g := range groups[i] {
+			truth += groups[i][g]
+			if noisy { // a Poisson count over 5 s, as a rate
+				groups[i][g] = max(0, groups[i][g]+z.noise.NormFloat64()*math.Sqrt(groups[i][g]/5))
+			}
+			l += groups[i][g]
+		}
+		total += truth
+		mx = max(mx, truth)
+		in.Owners = append(in.Owners, OwnerLoad{Name: o.Name, VNodes: o.VNodes, Load: l, Groups: groups[i], Share: shares[o.Name]})
+	}
+	return in, mx / (total / float64(len(z.counts)))
+}
+
+func (z *zipfPool) apply(t *testing.T, ms []VNodeMove) int {
+	n := 0
+	for _, mv := range ms {
+		var err error
+		if z.counts, err = ring.MoveVNodes(z.counts, mv.From, mv.To, mv.N); err != nil {
+			t.Fatal(err)
+		}
+		n += mv.N
+	}
+	return n
+}
+
+// TestFitZipf runs fit round after round on bench/balance's load (seed 1
+// gives the keys of its zipf1.1-fit namespace), Zipf 0.8 and 1.1, with a
+// shift of the popular keys halfway and noisy reports (seeded; the seed is
+// printed): each phase must end at or below its bound and then stop
+// moving (no oscillation). The bound at 1.1 is not the 1.25: with
+// the reports' resolution (64 groups) fit cannot tell which arc of its
+// holder carries the top key (13.5% of the load), and it settles rather
+// than pass the key around; see README, "Load balancing".
+func TestFitZipf(t *testing.T) {
+	const rounds = 14
+	for _, c := range []struct {
+		alpha float64
+		goal  float64 // max/mean at the end of each phase
+	}{{0.8, 1.10}, {1.1, 1.50}} {
+		t.Run(fmt.Sprint(c.alpha), func(t *testing.T) {
+			seed := uint64(1)
+			t.Logf("seed %d", seed)
+			z := newZipfPool(c.alpha, 100_000, seed)
+			p := &fitPolicy{}
+			for ph := range 2 {
+				var hist []float64
+				var moved []int
+				for range rounds {
+					in, mm := z.round(ph, true)
+					hist = append(hist, math.Round(mm*1000)/1000)
+					moved = append(moved, z.apply(t, p.Plan(in)))
+				}
+				_, mm := z.round(ph, false)
+				t.Logf("phase %d: max/mean by round %v, end %.3f; vnodes moved %v; counts %v", ph, hist, mm, moved, z.counts)
+				if mm > c.goal {
+					t.Errorf("phase %d ended at max/mean %.3f > %.2f", ph, mm, c.goal)
+				}
+				for _, m := range moved[rounds-5:] {
+					if m != 0 {
+						t.Errorf("phase %d still moves in its last 5 rounds: %v", ph, moved)
+						break
+					}
+				}
+			}
+		})
+	}
+}
