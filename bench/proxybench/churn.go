@@ -152,7 +152,7 @@ func (b *bench) runChurn(row int, t *target, pp *presencePool, servers string) c
 	r.Seconds = time.Since(start).Seconds()
 	// Every server up again for the next row.
 	for i, p := range pp.cur {
-		if p.exited() {
+		if p.Exited() {
 			b.startPresence(pp, i)
 		}
 	}

@@ -249,14 +249,14 @@ func (b *bench) holdTargets(ctx context.Context, targets []*target) error {
 	for _, t := range targets {
 		pid := 0
 		if t.p != nil {
-			pid = t.p.pid()
+			pid = t.p.Pid()
 		}
 		fmt.Printf("hold: target %-30s %s pid %d\n", t.name, t.addr, pid)
 	}
 	for _, be := range b.backends {
-		fmt.Printf("hold: backend %s %s (tls %s) pid %d\n", be.name, be.addr, be.tlsAddr, be.p.pid())
+		fmt.Printf("hold: backend %s %s (tls %s) pid %d\n", be.name, be.addr, be.tlsAddr, be.p.Pid())
 	}
-	fmt.Printf("hold: fuge-manager grpc %s admin https://%s pid %d; certificates in %s; binaries in %s\n", b.mgrGRPC, b.mgrHTTP, b.mgr.pid(), b.certs, b.bin)
+	fmt.Printf("hold: fuge-manager grpc %s admin https://%s pid %d; certificates in %s; binaries in %s\n", b.mgrGRPC, b.mgrHTTP, b.mgr.Pid(), b.certs, b.bin)
 	fmt.Println("hold: waiting for SIGINT or SIGTERM")
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()

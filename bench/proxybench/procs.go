@@ -6,12 +6,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	hp "github.com/fuge-project/fuge/internal/procs"
 )
 
 // The CPUs of the layout: every proxy on proxyCPU, everything else (the
@@ -25,32 +25,24 @@ const (
 const clockTicks = 100
 
 // proc is one process the harness started.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{} // closed once it has exited and been reaped
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+type proc = hp.Proc
 
 // procs starts processes, pinned, with their output in log files, and
-// stops each of them by PID.
+// stops each of them by PID (internal/procs does the starting and
+// stopping).
 type procs struct {
 	logs   string // directory of the log files
 	pinned bool   // taskset is there and the machine has two CPUs
 
-	mu  sync.Mutex
-	all []*proc
-	n   map[string]int
+	once sync.Once
+	g    *hp.Group
+	mu   sync.Mutex
+	n    map[string]int
+}
+
+func (ps *procs) group() *hp.Group {
+	ps.once.Do(func() { ps.g = &hp.Group{Dir: ps.logs} })
+	return ps.g
 }
 
 // start runs bin with args on cpu (-1: unpinned), with env added to the
@@ -61,76 +53,40 @@ func (ps *procs) start(name string, cpu int, env []string, bin string, args ...s
 		ps.n = map[string]int{}
 	}
 	ps.n[name]++
-	path := filepath.Join(ps.logs, fmt.Sprintf("%s-%d.log", name, ps.n[name]))
+	label := fmt.Sprintf("%s-%d", name, ps.n[name])
 	ps.mu.Unlock()
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close() // the child has its own copy
 	if ps.pinned && cpu >= 0 {
 		args = append([]string{"-c", strconv.Itoa(cpu), bin}, args...)
 		bin = "taskset"
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), env...)
-	// Never outlive the harness, and keep terminal signals to the harness.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(p.done) }()
-	ps.mu.Lock()
-	ps.all = append(ps.all, p)
-	ps.mu.Unlock()
-	return p, nil
+	return ps.group().StartCmd(label, cmd)
 }
 
 // kill sends SIGKILL to p and waits until it is reaped.
 func (ps *procs) kill(p *proc) {
-	if p == nil || p.exited() {
-		return
+	if p != nil {
+		p.Kill()
 	}
-	p.cmd.Process.Kill()
-	<-p.done
 }
 
 // stop sends SIGTERM to p and waits up to d, then kills it.
 func (ps *procs) stop(p *proc, d time.Duration) {
-	if p == nil || p.exited() {
-		return
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(d):
-		ps.kill(p)
+	if p != nil {
+		p.Stop(d)
 	}
 }
 
 // stopAll stops every process still running.
-func (ps *procs) stopAll() {
-	ps.mu.Lock()
-	all := append([]*proc(nil), ps.all...)
-	ps.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, p := range all {
-		wg.Add(1)
-		go func() { defer wg.Done(); ps.stop(p, 3*time.Second) }()
-	}
-	wg.Wait()
-}
+func (ps *procs) stopAll() { ps.group().StopAll(3 * time.Second) }
 
 // live lists the PIDs of the processes still running.
 func (ps *procs) live() []int {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
 	var out []int
-	for _, p := range ps.all {
-		if !p.exited() {
-			out = append(out, p.pid())
+	for _, p := range ps.group().Procs() {
+		if !p.Exited() {
+			out = append(out, p.Pid())
 		}
 	}
 	return out

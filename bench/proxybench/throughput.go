@@ -59,7 +59,7 @@ type pair struct {
 func (b *bench) backendTicks() int64 {
 	var n int64
 	for _, be := range b.backends {
-		n += cpuTicks(be.p.pid())
+		n += cpuTicks(be.p.Pid())
 	}
 	return n
 }
@@ -75,14 +75,14 @@ func (b *bench) measureTput(t *target, round int) tputRun {
 	m := b.ps.meter()
 	var p0 int64
 	if t.p != nil {
-		p0 = cpuTicks(t.p.pid())
+		p0 = cpuTicks(t.p.Pid())
 	}
 	be0 := b.backendTicks()
 	w, err := b.runWrk(t.addr, wrkConns, b.cfg.run)
 	be1 := b.backendTicks()
 	var p1 int64
 	if t.p != nil {
-		p1 = cpuTicks(t.p.pid())
+		p1 = cpuTicks(t.p.Pid())
 	}
 	r.OthersDuring = m.others()
 	if err != nil {

@@ -98,13 +98,19 @@ type Group struct {
 // at the terminal reaches the harness, which stops it in order) and, on
 // Linux, is killed if the harness dies first.
 func (g *Group) Start(name, bin string, args ...string) (*Proc, error) {
+	return g.StartCmd(name, exec.Command(bin, args...))
+}
+
+// StartCmd is Start of a command the caller prepared (its environment, a
+// taskset in front of it); the group sets its output and process
+// attributes.
+func (g *Group) StartCmd(name string, cmd *exec.Cmd) (*Proc, error) {
 	path := filepath.Join(g.Dir, name+".log")
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close() // the child has its own copy
-	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
@@ -119,6 +125,14 @@ func (g *Group) Start(name, bin string, args ...string) (*Proc, error) {
 	g.all = append(g.all, p)
 	g.mu.Unlock()
 	return p, nil
+}
+
+// Procs lists the processes the group started and has not yet stopped
+// with StopAll, oldest first.
+func (g *Group) Procs() []*Proc {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]*Proc(nil), g.all...)
 }
 
 // StopAll stops every process the group started, each by its PID with

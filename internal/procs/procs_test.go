@@ -86,6 +86,23 @@ func TestStartLogsAndExitStatus(t *testing.T) {
 	}
 }
 
+func TestStartCmdKeepsEnvironment(t *testing.T) {
+	g := &Group{Dir: t.TempDir()}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), helperEnv+"=exit3")
+	p, err := g.StartCmd("env", cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ee *exec.ExitError
+	if err := p.Err(); !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("exit status %v: the child did not get the environment the caller set", err)
+	}
+	if got := g.Procs(); len(got) != 1 || got[0] != p {
+		t.Fatalf("Procs %v, want the one started", got)
+	}
+}
+
 func TestStartMissingBinary(t *testing.T) {
 	g := &Group{Dir: t.TempDir()}
 	if _, err := g.Start("nope", filepath.Join(g.Dir, "no-such-binary")); err == nil || !strings.Contains(err.Error(), "starting nope") {
