@@ -17,6 +17,7 @@ import (
 	"github.com/fuge-project/fuge/examples/grpc/kv"
 	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/internal/fugetest"
+	"github.com/fuge-project/fuge/lb"
 	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/ownerguard"
 	"github.com/fuge-project/fuge/ring"
@@ -116,15 +117,17 @@ func throughXDS(t *testing.T, r int, withTLS bool) {
 		if got, err := get(ctx, cc, k, grpc.Header(&hdr)); err != nil || string(got) != "v"+k {
 			t.Fatalf("get %s = %q, %v; want %q", k, got, err, "v"+k)
 		}
-		var want lease.Entry
-		for _, e := range l.Entries() {
-			if e.Range.Contains(ring.HashString(k)) {
-				want = e
-			}
+		// The lookup learns of a change after the servers do (balancing is
+		// on, and may move or regrant a key's arc at any time), so the
+		// owner and generation that answered must be the lookup's for the
+		// key once it has caught up, not necessarily at this instant.
+		o, g := hdr.Get("fuge-owner"), hdr.Get("fuge-generation")
+		if len(o) != 1 || len(g) != 1 {
+			t.Fatalf("key %s answered with owner %v and generation %v, want one of each", k, o, g)
 		}
-		gen := strconv.FormatUint(uint64(want.Gen), 10)
-		if o, g := hdr.Get("fuge-owner"), hdr.Get("fuge-generation"); len(o) != 1 || o[0] != want.Owner || len(g) != 1 || g[0] != gen {
-			t.Errorf("key %s served by %v under generation %v; the lease table says %s, %s", k, o, g, want.Owner, gen)
+		want, ok := tableCatchesUp(l, k, o[0], g[0])
+		if !ok {
+			t.Errorf("key %s served by %s under generation %s; the lease table says %s, %d", k, o[0], g[0], want.Owner, want.Gen)
 		}
 		per[want.Owner]++
 	}
@@ -133,6 +136,28 @@ func throughXDS(t *testing.T, r int, withTLS bool) {
 	}
 	if _, err := get(ctx, cc, "missing"); status.Code(err) != codes.NotFound {
 		t.Errorf("get of a missing key: %v, want NotFound", err)
+	}
+}
+
+// tableCatchesUp polls the lookup's entry for key k until it names owner
+// under generation gen, and returns it; false if it does not within
+// defaultTestTimeout.
+func tableCatchesUp(l *lb.Lookup, k, owner, gen string) (lease.Entry, bool) {
+	deadline := time.Now().Add(defaultTestTimeout)
+	for {
+		var e lease.Entry
+		for _, x := range l.Entries() {
+			if x.Range.Contains(ring.HashString(k)) {
+				e = x
+			}
+		}
+		if e.Owner == owner && strconv.FormatUint(uint64(e.Gen), 10) == gen {
+			return e, true
+		}
+		if time.Now().After(deadline) {
+			return e, false
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not a guess at a duration
 	}
 }
 
