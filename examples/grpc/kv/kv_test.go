@@ -17,7 +17,6 @@ import (
 	"github.com/fuge-project/fuge/examples/grpc/kv"
 	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/internal/fugetest"
-	"github.com/fuge-project/fuge/lb"
 	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/ownerguard"
 	"github.com/fuge-project/fuge/ring"
@@ -125,10 +124,15 @@ func throughXDS(t *testing.T, r int, withTLS bool) {
 		if len(o) != 1 || len(g) != 1 {
 			t.Fatalf("key %s answered with owner %v and generation %v, want one of each", k, o, g)
 		}
-		want, ok := tableCatchesUp(l, k, o[0], g[0])
-		if !ok {
-			t.Errorf("key %s served by %s under generation %s; the lease table says %s, %d", k, o[0], g[0], want.Owner, want.Gen)
-		}
+		var want lease.Entry
+		fugetest.Eventually(t, "the lookup to name "+o[0]+" under generation "+g[0]+" for "+k+", as the answer did", func() bool {
+			for _, e := range l.Entries() {
+				if e.Range.Contains(ring.HashString(k)) {
+					want = e
+				}
+			}
+			return want.Owner == o[0] && strconv.FormatUint(uint64(want.Gen), 10) == g[0]
+		})
 		per[want.Owner]++
 	}
 	if len(per) != 2 {
@@ -136,28 +140,6 @@ func throughXDS(t *testing.T, r int, withTLS bool) {
 	}
 	if _, err := get(ctx, cc, "missing"); status.Code(err) != codes.NotFound {
 		t.Errorf("get of a missing key: %v, want NotFound", err)
-	}
-}
-
-// tableCatchesUp polls the lookup's entry for key k until it names owner
-// under generation gen, and returns it; false if it does not within
-// defaultTestTimeout.
-func tableCatchesUp(l *lb.Lookup, k, owner, gen string) (lease.Entry, bool) {
-	deadline := time.Now().Add(defaultTestTimeout)
-	for {
-		var e lease.Entry
-		for _, x := range l.Entries() {
-			if x.Range.Contains(ring.HashString(k)) {
-				e = x
-			}
-		}
-		if e.Owner == owner && strconv.FormatUint(uint64(e.Gen), 10) == gen {
-			return e, true
-		}
-		if time.Now().After(deadline) {
-			return e, false
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not a guess at a duration
 	}
 }
 
