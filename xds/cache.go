@@ -222,32 +222,27 @@ func (c *typeCache) lookupChanges(sub *lookupSub) (changed, removed []string) {
 	if sub.epoch == 0 || len(c.recent) == 0 || sub.epoch+1 < c.recent[0].epoch || sub.epoch > c.epoch {
 		return c.changes(sub)
 	}
-	known := sub.returned
-	seen := map[string]bool{}
 	for _, u := range c.recent {
 		if u.epoch <= sub.epoch {
 			continue
 		}
+		// A name updated more than once is classified the same each time
+		// (by what is held now), so duplicates are dropped after sorting.
 		for _, name := range u.names {
-			if seen[name] {
-				continue
-			}
-			seen[name] = true
-			v, ok := known[name]
-			if r, in := c.res[name]; in {
-				if inScope(sub, name, r) && (!ok || v != r.version) {
+			v, held := sub.returned[name]
+			switch r, in := c.res[name]; {
+			case in && inScope(sub, name, r):
+				if !held || v != r.version {
 					changed = append(changed, name)
-				} else if ok && !inScope(sub, name, r) {
-					removed = append(removed, name)
 				}
-			} else if ok {
+			case held:
 				removed = append(removed, name)
 			}
 		}
 	}
 	slices.Sort(changed)
 	slices.Sort(removed)
-	return changed, removed
+	return slices.Compact(changed), slices.Compact(removed)
 }
 
 // scope lists the resources a subscription covers, sorted.
