@@ -22,6 +22,17 @@ const (
 
 var errWire = errors.New("malformed protobuf")
 
+// consumeTag is protowire.ConsumeTag that also refuses field numbers above
+// protowire.MaxValidNumber, as proto.Unmarshal does (ConsumeTag accepts
+// numbers up to MaxInt32).
+func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n >= 0 && num > protowire.MaxValidNumber {
+		return 0, 0, -1
+	}
+	return num, typ, n
+}
+
 // decodeArcBlock decodes a fuge.v1.ArcBlock of namespace ns: what
 // proto.Unmarshal into fugev1.ArcBlock followed by wire.EntriesFromBlock
 // returns, without building the messages. A lookup decodes a whole table
@@ -49,7 +60,7 @@ func decodeArcBlockTo(dst []lease.Entry, ns string, b []byte, intern *interner) 
 	first := len(dst)
 	out := dst
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return 0, 0, nil, errWire
 		}
@@ -122,7 +133,7 @@ func decodeArcBlockTo(dst []lease.Entry, ns string, b []byte, intern *interner) 
 func countArcs(b []byte) int {
 	n := 0
 	for len(b) > 0 {
-		num, typ, k := protowire.ConsumeTag(b)
+		num, typ, k := consumeTag(b)
 		if k < 0 {
 			return n
 		}
@@ -143,7 +154,7 @@ func countArcs(b []byte) int {
 func decodeArc(b []byte, intern *interner) (e lease.Entry, ok bool, err error) {
 	var owner, addr []byte
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return e, false, errWire
 		}
@@ -207,7 +218,7 @@ func decodeArc(b []byte, intern *interner) (e lease.Entry, ok bool, err error) {
 
 func decodeRange(b []byte, r ring.Range) (ring.Range, error) {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return r, errWire
 		}

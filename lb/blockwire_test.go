@@ -2,6 +2,7 @@ package lb
 
 import (
 	"cmp"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -107,6 +108,24 @@ func TestDecodeArcBlockMatchesProto(t *testing.T) {
 	for i := range 20000 {
 		b := randomBlock(rnd)
 		checkAgainstOracle(t, i, b)
+	}
+}
+
+// TestDecodeArcBlockFieldNumberTooLarge replays what CI's seed
+// 10288025646043963539 found: a flipped byte turned a range's tag into
+// field 713564663, above protowire.MaxValidNumber (2^29-1), which
+// proto.Unmarshal refuses and protowire.ConsumeTag accepts.
+func TestDecodeArcBlockFieldNumberTooLarge(t *testing.T) {
+	b, err := hex.DecodeString("0a026e7310a6021a1a0a026e731212a59bc7a115b808409311a0c7a115b808409328015009")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAgainstOracle(t, 0, b)
+	for _, num := range []protowire.Number{protowire.MaxValidNumber, protowire.MaxValidNumber + 1} {
+		blk := protowire.AppendTag(nil, num, protowire.VarintType)
+		blk = protowire.AppendVarint(blk, 1)
+		checkAgainstOracle(t, int(num), blk)
+		checkAgainstOracle(t, int(num), append(protowire.AppendTag(nil, blockArcs, protowire.BytesType), protowire.AppendBytes(nil, blk)...))
 	}
 }
 
