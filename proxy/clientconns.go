@@ -1,14 +1,10 @@
 package proxy
 
 import (
-	"errors"
-	"io"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -108,61 +104,19 @@ func (c *perIPConn) Close() error {
 	return c.Conn.Close()
 }
 
-// rawListener hands out TCP connections whose reads and writes are
-// rawRead and rawWrite (rawio_linux.go says why) and whose deadlines are
-// moved lazily (rawConn.SetReadDeadline); others pass as they are.
-type rawListener struct{ net.Listener }
-
+// withRawIO gives a TCP listener's connections readiness of the proxy's
+// own and raw system calls (evconn_linux.go says why); other listeners,
+// and every listener elsewhere than Linux, pass as they are.
 func withRawIO(ln net.Listener) net.Listener {
-	if !rawIO {
+	tl, ok := ln.(*net.TCPListener)
+	if !ok || !rawIO {
 		return ln
 	}
-	return rawListener{ln}
-}
-
-func (l rawListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
+	el, err := newEvListener(tl)
 	if err != nil {
-		return nil, err
+		return ln
 	}
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return c, nil
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
-		return c, nil
-	}
-	r := &rawConn{Conn: tc, rc: rc}
-	if ta, ok := tc.RemoteAddr().(*net.TCPAddr); ok {
-		r.ip = appendIP(nil, ta.IP)
-	}
-	r.readFn, r.writeFn = r.readStep, r.writeStep
-	return r, nil
-}
-
-// rawConn is a client's TCP connection read and written through
-// syscall.RawConn, which waits on the runtime's poller as net does.
-//
-// fasthttp moves the read deadline twice per request (the idle timeout,
-// then the read timeout) and the write deadline once, each a change to a
-// runtime timer. rawConn keeps the deadline asked for apart from the one
-// set on the socket: an earlier one is set at once, a later one only when
-// the socket's fires, and then the read or write goes on. So the deadline
-// in force is always the one asked for, and in the steady state a
-// connection's timers move once per timeout, not three times per request.
-type rawConn struct {
-	net.Conn
-	rc syscall.RawConn
-	ip []byte // the peer's address as text, for X-Forwarded-For (clientIP)
-
-	rb, wb          []byte // the buffer of the Read or Write in progress
-	rn, wn          int
-	rerr, werr      syscall.Errno
-	readFn, writeFn func(uintptr) bool
-
-	mu     sync.Mutex
-	rd, wd lazyDeadline
+	return el
 }
 
 // lazyDeadline is one direction's deadline: asked for, and set on the
@@ -198,107 +152,4 @@ func (d *lazyDeadline) fired(now int64) (time.Time, bool) {
 		return time.Time{}, true
 	}
 	return time.Unix(0, d.want), true
-}
-
-func (c *rawConn) ipText() []byte { return c.ip }
-
-func (c *rawConn) SetReadDeadline(t time.Time) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.rd.ask(unixNano(t)) {
-		return nil
-	}
-	return c.Conn.SetReadDeadline(t)
-}
-
-func (c *rawConn) SetWriteDeadline(t time.Time) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.wd.ask(unixNano(t)) {
-		return nil
-	}
-	return c.Conn.SetWriteDeadline(t)
-}
-
-func (c *rawConn) SetDeadline(t time.Time) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ns := unixNano(t)
-	c.rd = lazyDeadline{ns, ns}
-	c.wd = lazyDeadline{ns, ns}
-	return c.Conn.SetDeadline(t)
-}
-
-// rearm moves the socket's deadline of d to the one asked for if that is
-// later than the one that fired, and reports whether the I/O goes on.
-func (c *rawConn) rearm(err error, d *lazyDeadline, set func(time.Time) error) bool {
-	if !errors.Is(err, os.ErrDeadlineExceeded) {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t, again := d.fired(time.Now().UnixNano())
-	return again && set(t) == nil
-}
-
-func (c *rawConn) Read(b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	c.rb, c.rn, c.rerr = b, 0, 0
-	err := c.rc.Read(c.readFn)
-	for err != nil && c.rearm(err, &c.rd, c.Conn.SetReadDeadline) {
-		err = c.rc.Read(c.readFn)
-	}
-	c.rb = nil
-	switch {
-	case err != nil:
-		return 0, err
-	case c.rerr != 0:
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", c.rerr)}
-	case c.rn == 0:
-		return 0, io.EOF
-	}
-	return c.rn, nil
-}
-
-func (c *rawConn) readStep(fd uintptr) bool {
-	n, e := rawRead(fd, c.rb)
-	switch {
-	case e == syscall.EAGAIN:
-		return false
-	case e != 0:
-		c.rerr = e
-	default:
-		c.rn = n
-	}
-	return true
-}
-
-func (c *rawConn) Write(b []byte) (int, error) {
-	c.wb, c.wn, c.werr = b, 0, 0
-	err := c.rc.Write(c.writeFn)
-	for err != nil && c.rearm(err, &c.wd, c.Conn.SetWriteDeadline) {
-		err = c.rc.Write(c.writeFn)
-	}
-	c.wb = nil
-	if err == nil && c.werr != 0 {
-		err = &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("write", c.werr)}
-	}
-	return c.wn, err
-}
-
-func (c *rawConn) writeStep(fd uintptr) bool {
-	for c.wn < len(c.wb) {
-		n, e := rawWrite(fd, c.wb[c.wn:])
-		switch {
-		case e == syscall.EAGAIN:
-			return false
-		case e != 0:
-			c.werr = e
-			return true
-		}
-		c.wn += n
-	}
-	return true
 }

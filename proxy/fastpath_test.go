@@ -71,7 +71,7 @@ func TestHasHostSkipsURIParse(t *testing.T) {
 
 // X-Forwarded-For carries the client's address, formatted once per
 // connection, whether the listener limits connections per address
-// (perIPConn over rawConn) or not (rawConn alone), and for each of two
+// (perIPConn over evConn) or not (evConn alone), and for each of two
 // clients on the same connection-reusing proxy.
 func TestForwardedForPerConnection(t *testing.T) {
 	for _, perIP := range []int{0, -1} {

@@ -249,7 +249,7 @@ func setForwardedFor(req *fasthttp.Request, ip []byte, had bool, s *scratch) {
 }
 
 // ipTexter is a client connection that formatted its peer's address once,
-// when accepted (rawConn, perIPConn).
+// when accepted (evConn, perIPConn).
 type ipTexter interface{ ipText() []byte }
 
 // clientIP is the client's address as X-Forwarded-For shows it: the

@@ -2,10 +2,17 @@
 
 package proxy
 
-import "syscall"
+import (
+	"errors"
+	"net"
+	"syscall"
+)
 
 // rawIO: elsewhere than Linux, sockets are read and written through net.
 const rawIO = false
 
 func rawRead(uintptr, []byte) (int, syscall.Errno)  { return 0, syscall.ENOSYS }
 func rawWrite(uintptr, []byte) (int, syscall.Errno) { return 0, syscall.ENOSYS }
+
+// newEvListener: the proxy's own readiness is Linux's epoll only.
+func newEvListener(*net.TCPListener) (net.Listener, error) { return nil, errors.ErrUnsupported }

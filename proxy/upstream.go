@@ -94,7 +94,7 @@ func newUpConn(nc net.Conn, pool *connPool) *upConn {
 // carry another request.
 //
 // The read deadline is moved lazily, as a client connection's
-// (rawConn): an earlier one at once, a later one when the one set fires.
+// (lazyDeadline): an earlier one at once, a later one when the one set fires.
 func (c *upConn) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, now time.Time, timeout time.Duration, deadline time.Time) (keep bool, err error) {
 	c.wrote.Store(int64(now.Sub(epoch)))
 	want := now.Add(timeout)

@@ -231,10 +231,10 @@ func TestLazyDeadline(t *testing.T) {
 	}
 }
 
-// TestRawConnDeadlines: through the proxy's client listener, a later read
+// TestEvConnDeadlines: through the proxy's client listener, a later read
 // deadline takes over when the earlier one fires (the read goes on), and
 // an earlier one ends a read at once.
-func TestRawConnDeadlines(t *testing.T) {
+func TestEvConnDeadlines(t *testing.T) {
 	if !rawIO {
 		t.Skip("no raw I/O on this platform")
 	}
@@ -254,7 +254,7 @@ func TestRawConnDeadlines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, ok := c.(*rawConn); !ok {
+	if _, ok := c.(*evConn); !ok {
 		t.Fatalf("accepted a %T", c)
 	}
 
