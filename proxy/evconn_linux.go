@@ -47,8 +47,8 @@ type poller struct {
 	rc   syscall.RawConn
 
 	mu    sync.Mutex
-	conns []*evFD // by slot; nil: free
-	gens  []uint32  // by slot: bumped when freed, so that late events miss
+	conns []*evFD  // by slot; nil: free
+	gens  []uint32 // by slot: bumped when freed, so that late events miss
 	free  []int32
 	refs  int // one per registered descriptor: the last one's removal closes epfd
 
