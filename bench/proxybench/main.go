@@ -45,7 +45,8 @@ type config struct {
 	quick                 bool
 	rounds                int           // valid pairs wanted
 	warm, run             time.Duration // wrk warm-up and measured run
-	latDur                time.Duration // each latency measurement
+	latRounds             int           // rounds of latency measurements, each target once per round
+	latWarm, latDur       time.Duration // each latency measurement's warm-up, and the measurement
 	quietMax              time.Duration // longest wait for a quiet machine before a run
 	churnDur              time.Duration // per balancer
 	churnEvery, churnDown time.Duration // a restart every, and how long the server stays down
@@ -55,13 +56,13 @@ type config struct {
 }
 
 func fullConfig() config {
-	return config{rounds: 5, warm: 2 * time.Second, run: 6 * time.Second, latDur: 6 * time.Second, quietMax: 5 * time.Second,
+	return config{rounds: 5, warm: 2 * time.Second, run: 6 * time.Second, latRounds: 3, latWarm: time.Second, latDur: 4 * time.Second, quietMax: 5 * time.Second,
 		churnDur: 20 * time.Second, churnEvery: 3 * time.Second, churnDown: 500 * time.Millisecond,
 		moveSteady: 4 * time.Second, moveAfter: 4 * time.Second, managerScale: true}
 }
 
 func quickConfig() config {
-	return config{quick: true, rounds: 1, warm: time.Second, run: 3 * time.Second, latDur: 2 * time.Second, quietMax: 500 * time.Millisecond,
+	return config{quick: true, rounds: 1, warm: time.Second, run: 3 * time.Second, latRounds: 1, latWarm: time.Second, latDur: 2 * time.Second, quietMax: 500 * time.Millisecond,
 		churnDur: 6 * time.Second, churnEvery: 2 * time.Second, churnDown: 500 * time.Millisecond,
 		moveSteady: 3 * time.Second, moveAfter: 3 * time.Second}
 }

@@ -100,3 +100,27 @@ func TestArcShare(t *testing.T) {
 		}
 	}
 }
+
+// mergeLat takes medians over the rounds, and "added" pairs each round
+// with direct's same round; a failed round is left out.
+func TestMergeLat(t *testing.T) {
+	direct := []latRun{{Target: tDirect, C1P50: 20, C1P99: 400, OpenP50: 100}, {Target: tDirect, C1P50: 30, C1P99: 900, OpenP50: 120}, {Target: tDirect, C1P50: 25, C1P99: 500, OpenP50: 110}}
+	runs := []latRun{{Target: tFuge, C1P50: 120, C1P99: 1000, OpenP50: 150}, {Target: tFuge, Err: "boom"}, {Target: tFuge, C1P50: 135, C1P99: 800, OpenP50: 170}}
+	m := mergeLat(runs, direct)
+	if m.Err != "" || m.Rounds != 2 {
+		t.Fatalf("merged %d rounds, error %q; want 2 and none", m.Rounds, m.Err)
+	}
+	if m.C1P50 != 127.5 || m.C1P99 != 900 {
+		t.Errorf("c1 p50 %v p99 %v, want the medians 127.5 and 900", m.C1P50, m.C1P99)
+	}
+	// Round 1: 120-20 = 100, round 3: 135-25 = 110; p99 600 and 300.
+	if m.AddC1P50 != (stats{N: 2, Med: 105, Min: 100, Max: 110}) || m.AddC1P99 != (stats{N: 2, Med: 450, Min: 300, Max: 600}) {
+		t.Errorf("added c1 %+v / %+v", m.AddC1P50, m.AddC1P99)
+	}
+	if m.AddOpenP50.Med != 55 {
+		t.Errorf("added open p50 %v, want 55", m.AddOpenP50.Med)
+	}
+	if f := mergeLat([]latRun{{Target: tFuge, Err: "boom"}}, direct); f.Err != "boom" || f.Rounds != 0 {
+		t.Errorf("no round succeeded: %+v", f)
+	}
+}

@@ -36,8 +36,8 @@ type report struct {
 
 func newReport(cfg config, pinned bool) *report {
 	r := &report{Date: time.Now().Format("2006-01-02 15:04 MST"), Quick: cfg.quick, Pinned: pinned, Env: map[string]string{}, cfg: cfg}
-	r.Config = fmt.Sprintf("pairs wanted %d, wrk warm-up %v then %v per run, latency runs %v, churn %v per balancer (a restart every %v, down %v), ring move %v + %v, quiet wait up to %v",
-		cfg.rounds, cfg.warm, cfg.run, cfg.latDur, cfg.churnDur, cfg.churnEvery, cfg.churnDown, cfg.moveSteady, cfg.moveAfter, cfg.quietMax)
+	r.Config = fmt.Sprintf("pairs wanted %d, wrk warm-up %v then %v per run, latency %d rounds of %v runs, churn %v per balancer (a restart every %v, down %v), ring move %v + %v, quiet wait up to %v",
+		cfg.rounds, cfg.warm, cfg.run, cfg.latRounds, cfg.latDur, cfg.churnDur, cfg.churnEvery, cfg.churnDown, cfg.moveSteady, cfg.moveAfter, cfg.quietMax)
 	sh := func(k string, args ...string) {
 		out, _ := exec.Command(args[0], args[1:]...).CombinedOutput()
 		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
@@ -85,6 +85,17 @@ func (r *report) latOf(name string) latRun {
 		}
 	}
 	return latRun{}
+}
+
+// added is a median of differences, with its range when there are several.
+func added(s stats) string {
+	switch s.N {
+	case 0:
+		return "–"
+	case 1:
+		return fmt.Sprintf("%+.0f", s.Med)
+	}
+	return fmt.Sprintf("%+.0f (%+.0f–%+.0f)", s.Med, s.Min, s.Max)
 }
 
 func yesNo(ok bool) string {
@@ -147,11 +158,11 @@ func (r *report) markdown() string {
 	p("| goal | measured | |\n|---|---|---|\n")
 	p("| fuge-proxy / haproxy-chash rps ratio ≥ 1.05 (median of pairs) | %.2f (%.2f–%.2f, %d pairs) | %s |\n", rps.Med, rps.Min, rps.Max, rps.N, timed(rps.N > 0 && rps.Med >= 1.05))
 	p("| fuge-proxy / haproxy-chash CPU/request ratio ≤ 0.95 (median of pairs) | %.2f (%.2f–%.2f) | %s |\n", cpu.Med, cpu.Min, cpu.Max, timed(cpu.N > 0 && cpu.Med <= 0.95))
-	d, f, h := r.latOf(tDirect), r.latOf(tFuge), r.latOf(tHAChash)
-	p("| added latency, wrk -c1: p50 and p99 no more than HAProxy's | fuge-proxy %+.0f / %+.0f µs, haproxy-chash %+.0f / %+.0f µs | %s |\n",
-		f.C1P50-d.C1P50, f.C1P99-d.C1P99, h.C1P50-d.C1P50, h.C1P99-d.C1P99, timed(f.C1P50 <= h.C1P50 && f.C1P99 <= h.C1P99 && f.C1P50 > 0))
-	p("| added latency, %d requests/s open loop: p50 and p99 no more than HAProxy's | fuge-proxy %+.0f / %+.0f µs, haproxy-chash %+.0f / %+.0f µs | %s |\n", openRate,
-		f.OpenP50-d.OpenP50, f.OpenP99-d.OpenP99, h.OpenP50-d.OpenP50, h.OpenP99-d.OpenP99, timed(f.OpenP50 <= h.OpenP50 && f.OpenP99 <= h.OpenP99 && f.OpenP50 > 0))
+	f, h := r.latOf(tFuge), r.latOf(tHAChash)
+	p("| added latency, wrk -c1: p50 and p99 no more than HAProxy's (medians of %d rounds) | fuge-proxy %+.0f / %+.0f µs, haproxy-chash %+.0f / %+.0f µs | %s |\n", f.Rounds,
+		f.AddC1P50.Med, f.AddC1P99.Med, h.AddC1P50.Med, h.AddC1P99.Med, timed(f.AddC1P50.N > 0 && f.AddC1P50.Med <= h.AddC1P50.Med && f.AddC1P99.Med <= h.AddC1P99.Med))
+	p("| added latency, %d requests/s open loop: p50 and p99 no more than HAProxy's (medians of %d rounds) | fuge-proxy %+.0f / %+.0f µs, haproxy-chash %+.0f / %+.0f µs | %s |\n", openRate, f.Rounds,
+		f.AddOpenP50.Med, f.AddOpenP99.Med, h.AddOpenP50.Med, h.AddOpenP99.Med, timed(f.AddOpenP50.N > 0 && f.AddOpenP50.Med <= h.AddOpenP50.Med && f.AddOpenP99.Med <= h.AddOpenP99.Med))
 	m := r.Move
 	p("| 25%% ring move: no request fails, p99 in that second < 3× steady p99 | %d failed; p99 %.0f µs against %.0f µs steady (%.1f×) | %s |\n",
 		m.Failed, m.Move.P99, m.Steady.P99, m.Move.P99/max(m.Steady.P99, 1), timed(m.Err == "" && m.Failed == 0 && m.Move.P99 < 3*m.Steady.P99))
@@ -195,15 +206,15 @@ func (r *report) markdown() string {
 	}
 	p("\n![requests per second](throughput.png)\n\n![proxy CPU per request](cpu.png)\n\n")
 
-	p("## 2. Latency added per hop\n\n(a) `wrk -t1 -c1 --latency` for %v; (b) the harness's open-loop generator at %d requests/s over %d connections for the same time, each connection on a fixed schedule: a request's time counts from when it was due, so a slow answer delays the next ones and they count it (no coordinated omission); the generator's own timer lateness, when the connection was idle and could have sent on time, is taken out. \"Added\" is the target minus direct.\n\n", r.cfg.latDur, openRate, openConns)
+	p("## 2. Latency added per hop\n\n(a) `wrk -t1 -c1 --latency` for %v; (b) the harness's open-loop generator at %d requests/s over %d connections for the same time, each connection on a fixed schedule: a request's time counts from when it was due, so a slow answer delays the next ones and they count it (no coordinated omission); the generator's own timer lateness, when the connection was idle and could have sent on time, is taken out. Each target is measured once in each of %d rounds, each round in another order; the figures are medians over the rounds, and \"added\" is the median over the rounds of the target minus direct in the same round (min–max beside it).\n\n", r.cfg.latDur, openRate, openConns, r.cfg.latRounds)
 	p("| target | c1 p50 µs | c1 p99 µs | added p50 | added p99 | %d/s p50 µs | %d/s p99 µs | added p50 | added p99 | failed (c1 + open loop) |\n|---|---|---|---|---|---|---|---|---|---|\n", openRate, openRate)
 	for _, l := range r.Latency {
 		if l.Err != "" {
 			p("| %s | %s | | | | | | | | |\n", l.Target, l.Err)
 			continue
 		}
-		p("| %s | %.0f | %.0f | %+.0f | %+.0f | %.0f | %.0f | %+.0f | %+.0f | %d + %d |\n", l.Target, l.C1P50, l.C1P99, l.C1P50-d.C1P50, l.C1P99-d.C1P99,
-			l.OpenP50, l.OpenP99, l.OpenP50-d.OpenP50, l.OpenP99-d.OpenP99, l.C1Errors, l.OpenFail)
+		p("| %s | %.0f | %.0f | %s | %s | %.0f | %.0f | %s | %s | %d + %d |\n", l.Target, l.C1P50, l.C1P99, added(l.AddC1P50), added(l.AddC1P99),
+			l.OpenP50, l.OpenP99, added(l.AddOpenP50), added(l.AddOpenP99), l.C1Errors, l.OpenFail)
 	}
 	p("\n![latency percentiles](latency.png)\n\n")
 
