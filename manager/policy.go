@@ -92,6 +92,10 @@ type OwnerLoad struct {
 	Load   float64
 	// Groups is the report's per-group load, or nil if it had none.
 	Groups []float64
+	// Hot is the report's busiest keys (lease.LoadReport.Hot), as the
+	// owner sent them: a key may lie outside the owner's arcs (a report
+	// measured before a move), which a policy must check.
+	Hot []lease.HotKey
 	// Share is the fraction of the circle the owner's arcs cover in each
 	// range group; Σ over owners and groups is 1. Filled only for policies
 	// that ask for it (wantShares).
