@@ -44,8 +44,11 @@ const (
 	// and every owner has reported since (see balancer.round).
 	DefaultBalanceInterval = 15 * time.Second
 	// DefaultBalanceMaxMoves bounds the virtual nodes moved per round:
-	// 64 of R = 4096 is 1.6% of the circle.
-	DefaultBalanceMaxMoves = 64
+	// 256 of R = 4096 is 6.25% of the circle, half of what a drain of one
+	// of 8 owners moves at once. It was 64: at Zipf 1.1 the top key's
+	// holder must shed hundreds of entries (or hand the key along the ring,
+	// see fitPlan.relays), which took 64 per 15 s round minutes.
+	DefaultBalanceMaxMoves = 256
 	// DefaultBalanceMinLoad is the mean load (in the owners' unit, by
 	// default admitted requests per second) below which no round moves
 	// anything: at a few requests a second the reports are mostly noise.
