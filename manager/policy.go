@@ -23,15 +23,18 @@ const (
 	// an owner more than 10% above the mean load loses a virtual node to
 	// the least-loaded owner; at most one per owner per round.
 	BalanceSeeds = "seeds"
-	// BalanceFit estimates the load of each arc a move would hand over,
-	// from the owners' per-group loads, and makes the moves that even out
-	// the estimated loads most, several per round (see fitPolicy).
+	// BalanceFit models the load over the circle from the owners'
+	// per-group loads and hot keys, follows each move's arcs and keys
+	// exactly on that model, and makes the moves that even out the loads
+	// most, several per round, handing a dominant key along the ring when
+	// its holder cannot shed enough (see fitPolicy).
 	BalanceFit = "fit"
 	// DefaultBalance is the policy of a namespace that names none: fit,
-	// which beat the papers' rule on make bench-balance (max/mean 1.04
-	// within 60 s at Zipf 0.8, where seeds stayed at 1.18; 1.37 at Zipf
-	// 1.1, where seeds stayed at 1.99; no moves after convergence at
-	// either; see README, "Load balancing"). A namespace whose owners report no load, or a
+	// which beat the papers' rule on make bench-balance (2026-11-27:
+	// max/mean 1.02 at 60 s at Zipf 0.8, where seeds stayed at 1.18; 1.37
+	// at Zipf 1.1, 1.18 to 1.22 after the shift, where seeds stayed at 1.82
+	// to 2.07; no moves after convergence at either; see README, "Load
+	// balancing"). A namespace whose owners report no load, or a
 	// mean load under BalanceMinLoad, never moves; one that must not move
 	// keys for load at all says off.
 	DefaultBalance = BalanceFit
