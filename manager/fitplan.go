@@ -20,7 +20,6 @@ type fitPlan struct {
 	n    int
 	name []string
 	v    []int // virtual-node counts in the plan so far
-	v0   []int // at the start of the round
 	est  []float64
 	// The list: entries sorted by their position on the circle, starting
 	// just after the ring's last entry (so that no arc of the current
@@ -32,13 +31,17 @@ type fitPlan struct {
 	on    []bool    // on the ring in the plan so far
 	total float64
 	// pos[o][i] is the list index of owner o's entry i, for i below its
-	// count plus the round's budget.
+	// count plus the round's budget if o may take (else its count).
 	pos [][]int32
 	// hot are the known hot keys: list index of the entry that held each
 	// at the start, and its load.
 	hot  []fitHot
 	undo []int32 // list indices toggled by the candidate under evaluation
 }
+
+// fitReceivers bounds the owners that may take in a round: the least
+// loaded ones below the band.
+const fitReceivers = 32
 
 type fitHot struct {
 	hash uint64
@@ -50,21 +53,24 @@ type fitHot struct {
 // range group (the group's load less the hot keys in it, spread evenly over
 // the owner's arcs there) and the hot keys as point loads. Reports of hot
 // keys outside the reporter's arcs (measured before a move) are ignored.
-// O(R + owners·(groups + budget·log R)).
+// O(R + owners·(groups + hot keys) + fitReceivers·budget·log R).
 func newFitPlan(in BalanceInput, budget int) *fitPlan {
 	n := len(in.Owners)
 	r := in.Ring
-	p := &fitPlan{n: n, name: make([]string, n), v: make([]int, n), v0: make([]int, n), est: make([]float64, n)}
+	p := &fitPlan{n: n, name: make([]string, n), v: make([]int, n), est: make([]float64, n)}
 	idx := make(map[string]int, n)
 	for i, o := range in.Owners {
-		p.name[i], p.v[i], p.v0[i] = o.Name, o.VNodes, o.VNodes
+		p.name[i], p.v[i] = o.Name, o.VNodes
 		idx[o.Name] = i
 	}
-	// Hot keys, held by their reporter, each once.
-	for _, o := range in.Owners {
+	// Hot keys, held by their reporter (so each once), with the group
+	// load they take from the reporter's.
+	hotIn := make([][lease.LoadGroups]float64, n)
+	for i, o := range in.Owners {
 		for _, k := range o.Hot {
-			if k.Rate > 0 && r.LookupOwner(k.Hash) == o.Name && !slices.ContainsFunc(p.hot, func(h fitHot) bool { return h.hash == k.Hash }) {
+			if k.Rate > 0 && r.LookupOwner(k.Hash) == o.Name {
 				p.hot = append(p.hot, fitHot{hash: k.Hash, rate: k.Rate})
+				hotIn[i][lease.LoadGroup(k.Hash)] += k.Rate
 			}
 		}
 	}
@@ -88,15 +94,9 @@ func newFitPlan(in BalanceInput, budget int) *fitPlan {
 				load[g] = o.Load * share[g] / total
 			}
 		}
-		for _, h := range p.hot {
-			if r.LookupOwner(h.hash) == o.Name {
-				g := lease.LoadGroup(h.hash)
-				load[g] = max(0, load[g]-h.rate)
-			}
-		}
 		for g := range lease.LoadGroups {
 			if share[g] > 0 {
-				density[i][g] = load[g] / share[g]
+				density[i][g] = max(0, load[g]-hotIn[i][g]) / share[g]
 			}
 		}
 	}
@@ -144,15 +144,28 @@ func newFitPlan(in BalanceInput, budget int) *fitPlan {
 		spreadAt[q], prev = acc, h
 	}
 	p.total = spreadAt[R-1] + hotCum[len(p.hot)]
-	// Candidate new entries: each owner's next budget indices.
+	// Candidate new entries: the next budget indices of the fitReceivers
+	// least loaded owners below the band (no other may take: see
+	// fitPlan.run), so that the list stays O(R) however many owners.
 	type cand struct {
 		h   uint64
 		o   int32
 		i   int32
 		cum float64
 	}
-	news := make([]cand, 0, n*budget)
-	for i := range n {
+	takers := make([]int, 0, n)
+	mean := meanLoad(in.Owners)
+	for i, o := range in.Owners {
+		if o.Load < fitStop*mean {
+			takers = append(takers, i)
+		}
+	}
+	slices.SortStableFunc(takers, func(a, b int) int { return cmp.Compare(in.Owners[a].Load, in.Owners[b].Load) })
+	takers = takers[:min(len(takers), fitReceivers)]
+	horizon := make([]int, n)
+	news := make([]cand, 0, len(takers)*budget)
+	for _, i := range takers {
+		horizon[i] = budget
 		for k := range budget {
 			h := ring.EntryHash(p.name[i], p.v[i]+k)
 			q := r.Lookup(h)
@@ -176,7 +189,7 @@ func newFitPlan(in BalanceInput, budget int) *fitPlan {
 	p.cum, p.on = make([]float64, 0, size), make([]bool, 0, size)
 	p.pos = make([][]int32, n)
 	for i := range n {
-		p.pos[i] = make([]int32, p.v[i]+budget)
+		p.pos[i] = make([]int32, p.v[i]+horizon[i])
 	}
 	add := func(o, i int32, h uint64, c float64, on bool) {
 		p.pos[o][i] = int32(len(p.owner))

@@ -213,7 +213,7 @@ func (p *fitPlan) relays(k, hi int, gives, takes []bool, consider func([]fitGive
 			s := min(fitRelayBlock, p.v[z]-keep)
 			order = order[:0]
 			for i := range p.n {
-				if i != z && !gives[i] && !inChain(i) {
+				if i != z && !gives[i] && !inChain(i) && len(p.pos[i]) > p.v[i] {
 					order = append(order, i)
 				}
 			}
