@@ -32,7 +32,7 @@ const (
 	// DefaultBalance is the policy of a namespace that names none: fit,
 	// which beat the papers' rule on make bench-balance (2026-11-27:
 	// max/mean 1.02 at 60 s at Zipf 0.8, where seeds stayed at 1.18; 1.37
-	// at Zipf 1.1, 1.18 to 1.22 after the shift, where seeds stayed at 1.82
+	// at Zipf 1.1 and 1.25 at 60 s after the shift, where seeds stayed at 1.82
 	// to 2.07; no moves after convergence at either; see README, "Load
 	// balancing"). A namespace whose owners report no load, or a
 	// mean load under BalanceMinLoad, never moves; one that must not move
