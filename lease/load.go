@@ -15,6 +15,10 @@ const LoadGroups = 64
 // thousand owners' reports lose precision.
 const MaxLoad = 1e12
 
+// MaxHotKeys bounds LoadReport.Hot: an owner reports at most this many of
+// its busiest keys.
+const MaxHotKeys = 8
+
 // LoadGroup is the range group of a key hash.
 func LoadGroup(h uint64) int { return int(h >> 58) }
 
@@ -31,11 +35,24 @@ type LoadReport struct {
 	// owner's ranges in each range group. They need not sum to Rate
 	// exactly (an application may report a total only).
 	Groups []float64
+	// Hot is empty, or up to MaxHotKeys of the owner's busiest keys (by
+	// their hash) with their load, in the unit of Rate: it tells the
+	// balancing policy where in a group the load sits when a few keys
+	// carry most of it (a key's arc is then known exactly, which the
+	// groups cannot say). Hashes are distinct.
+	Hot []HotKey
+}
+
+// HotKey is one busy key of a LoadReport.
+type HotKey struct {
+	Hash uint64  // the key's hash (XXH64 of the routing value)
+	Rate float64 // its load; finite, 0 to MaxLoad
 }
 
 // Validate checks a report from outside: every figure finite, not
-// negative, at most MaxLoad; Groups empty or LoadGroups long. The error
-// names the field.
+// negative, at most MaxLoad; Groups empty or LoadGroups long; at most
+// MaxHotKeys hot keys, no hash twice. The error names the field. It costs
+// O(LoadGroups + MaxHotKeys²).
 func (l LoadReport) Validate() error {
 	if err := validLoad("load.rate", l.Rate); err != nil {
 		return err
@@ -46,6 +63,19 @@ func (l LoadReport) Validate() error {
 	for i, g := range l.Groups {
 		if err := validLoad(fmt.Sprintf("load.groups[%d]", i), g); err != nil {
 			return err
+		}
+	}
+	if n := len(l.Hot); n > MaxHotKeys {
+		return fmt.Errorf("%w: load.hot has %d keys; want at most %d", ErrInvalid, n, MaxHotKeys)
+	}
+	for i, k := range l.Hot {
+		if err := validLoad(fmt.Sprintf("load.hot[%d].rate", i), k.Rate); err != nil {
+			return err
+		}
+		for j := range i {
+			if l.Hot[j].Hash == k.Hash {
+				return fmt.Errorf("%w: load.hot[%d].hash %#x repeats load.hot[%d]", ErrInvalid, i, k.Hash, j)
+			}
 		}
 	}
 	return nil

@@ -9,7 +9,11 @@ import (
 
 func TestLoadReportValidate(t *testing.T) {
 	groups := make([]float64, LoadGroups)
-	ok := []LoadReport{{}, {Rate: 5}, {Rate: MaxLoad, Groups: groups}}
+	hot := make([]HotKey, MaxHotKeys)
+	for i := range hot {
+		hot[i] = HotKey{Hash: uint64(i), Rate: float64(i)}
+	}
+	ok := []LoadReport{{}, {Rate: 5}, {Rate: MaxLoad, Groups: groups}, {Rate: 1, Hot: hot}, {Hot: []HotKey{{Hash: 1 << 63, Rate: MaxLoad}}}}
 	for _, l := range ok {
 		if err := l.Validate(); err != nil {
 			t.Errorf("%+v: %v", l, err)
@@ -33,6 +37,12 @@ func TestLoadReportValidate(t *testing.T) {
 		{LoadReport{Groups: bad(7, math.NaN())}, "load.groups[7]"},
 		{LoadReport{Groups: bad(63, -0.5)}, "load.groups[63]"},
 		{LoadReport{Groups: bad(0, math.Inf(-1))}, "load.groups[0]"},
+		{LoadReport{Hot: make([]HotKey, MaxHotKeys+1)}, "load.hot has 9"},
+		{LoadReport{Hot: []HotKey{{Hash: 1}, {Hash: 2, Rate: math.NaN()}}}, "load.hot[1].rate"},
+		{LoadReport{Hot: []HotKey{{Hash: 1, Rate: -1}}}, "load.hot[0].rate"},
+		{LoadReport{Hot: []HotKey{{Hash: 1, Rate: math.Inf(1)}}}, "load.hot[0].rate"},
+		{LoadReport{Hot: []HotKey{{Hash: 1, Rate: 2 * MaxLoad}}}, "load.hot[0].rate"},
+		{LoadReport{Hot: []HotKey{{Hash: 5}, {Hash: 6}, {Hash: 5}}}, "load.hot[2].hash"},
 	}
 	for _, c := range cases {
 		err := c.l.Validate()

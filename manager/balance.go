@@ -19,6 +19,8 @@ type ownerLoad struct {
 	rate      float64
 	groups    [lease.LoadGroups]float64
 	hasGroups bool
+	hot       [lease.MaxHotKeys]lease.HotKey
+	nhot      int
 	at        time.Time // when the manager received it
 }
 
@@ -74,6 +76,7 @@ func (n *namespace) noteLoad(s *session, l *lease.LoadReport, now time.Time) {
 	if s.load.hasGroups {
 		copy(s.load.groups[:], l.Groups)
 	}
+	s.load.nhot = copy(s.load.hot[:], l.Hot)
 	b.stats.Reports++
 	if b.pending != nil && n.reached(b.pending) {
 		b.pending, b.doneAt = nil, now
@@ -131,6 +134,7 @@ func (n *namespace) balanceRound(now time.Time) {
 		if s.load.hasGroups {
 			ol.Groups = s.load.groups[:]
 		}
+		ol.Hot = s.load.hot[:s.load.nhot]
 		owners = append(owners, ol)
 	}
 	if len(owners) < 2 || meanLoad(owners) < n.cfg.BalanceMinLoad {
@@ -305,7 +309,8 @@ func (m *Manager) BalanceStats(ns string) (BalanceStats, error) {
 // OwnerLoadInfo is an owner's latest load report as the leader holds it.
 type OwnerLoadInfo struct {
 	Rate       float64
-	ReportedAt time.Time // zero: no report
+	ReportedAt time.Time      // zero: no report
+	Hot        []lease.HotKey // the report's busiest keys, if it named any
 }
 
 // Loads returns the latest load report of each live owner, by name.
@@ -317,7 +322,7 @@ func (m *Manager) Loads(ns string) (map[string]OwnerLoadInfo, error) {
 	out := make(map[string]OwnerLoadInfo, len(n.sessions))
 	for name, s := range n.sessions {
 		if s.load != nil {
-			out[name] = OwnerLoadInfo{Rate: s.load.rate, ReportedAt: s.load.at}
+			out[name] = OwnerLoadInfo{Rate: s.load.rate, ReportedAt: s.load.at, Hot: slices.Clone(s.load.hot[:s.load.nhot])}
 		} else {
 			out[name] = OwnerLoadInfo{}
 		}

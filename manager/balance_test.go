@@ -189,26 +189,38 @@ func assertConverged(t *testing.T, m *Manager, os []*owner) {
 }
 
 // TestLoadReportRefused: a report with a NaN, infinite or negative figure,
-// or a wrong number of groups, is refused with an error naming the field,
+// a wrong number of groups, too many hot keys or one twice, is refused with an error naming the field,
 // and changes nothing: not the session, not the counters, not the state.
 func TestLoadReportRefused(t *testing.T) {
 	m := newBalanceManager(t, 64, BalanceFit, DefaultConfig())
 	a := &owner{name: "a", nonce: 1}
 	exchange(t, m, t0, a)
+	// An accepted report first, so that a refused one could overwrite it.
+	good := a.request()
+	good.Load = &lease.LoadReport{Rate: 4, Hot: []lease.HotKey{{Hash: 42, Rate: 3}}}
+	if _, err := m.Request(good, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	st0, _ := m.State("ns")
 	stats0 := m.Stats()
 	loads0, _ := m.Loads("ns")
+	if l := loads0["a"]; l.Rate != 4 || len(l.Hot) != 1 || l.Hot[0] != (lease.HotKey{Hash: 42, Rate: 3}) {
+		t.Fatalf("the accepted report was recorded as %+v", l)
+	}
 	for field, l := range map[string]lease.LoadReport{
-		"load.rate":      {Rate: math.NaN()},
-		"load.rate ":     {Rate: math.Inf(1)},
-		"load.rate  ":    {Rate: -3},
-		"load.groups":    {Rate: 1, Groups: make([]float64, 3)},
-		"load.groups[5]": {Rate: 1, Groups: append(make([]float64, 5), append([]float64{math.NaN()}, make([]float64, 58)...)...)},
+		"load.rate":        {Rate: math.NaN()},
+		"load.rate ":       {Rate: math.Inf(1)},
+		"load.rate  ":      {Rate: -3},
+		"load.groups":      {Rate: 1, Groups: make([]float64, 3)},
+		"load.groups[5]":   {Rate: 1, Groups: append(make([]float64, 5), append([]float64{math.NaN()}, make([]float64, 58)...)...)},
+		"load.hot has 9":   {Rate: 1, Hot: make([]lease.HotKey, lease.MaxHotKeys+1)},
+		"load.hot[1].rate": {Rate: 1, Hot: []lease.HotKey{{Hash: 1, Rate: 1}, {Hash: 2, Rate: math.Inf(1)}}},
+		"load.hot[1].hash": {Rate: 1, Hot: []lease.HotKey{{Hash: 7, Rate: 1}, {Hash: 7, Rate: 1}}},
 	} {
 		req := a.request()
 		a.seq-- // a refused request is not sent again under a new seq
 		req.Load = &l
-		_, err := m.Request(req, t0.Add(time.Second))
+		_, err := m.Request(req, t0.Add(10*time.Second)) // past minLoadGap: it would be recorded
 		if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), strings.TrimSpace(field)) {
 			t.Errorf("%s: %v; want ErrBadRequest naming the field", field, err)
 		}
@@ -218,7 +230,7 @@ func TestLoadReportRefused(t *testing.T) {
 	if !reflect.DeepEqual(st0, st1) || m.Stats() != stats0 || !reflect.DeepEqual(loads0, loads1) || !m.NextDeadline().Equal(m.NextDeadline()) {
 		t.Fatal("a refused load report changed the manager")
 	}
-	if l := loads1["a"]; !l.ReportedAt.IsZero() {
+	if l := loads1["a"]; !l.ReportedAt.Equal(t0.Add(time.Second)) {
 		t.Fatalf("a refused report was recorded: %+v", l)
 	}
 }

@@ -20,12 +20,13 @@ type zipfPool struct {
 	keys   [2][]uint64
 	w      []float64 // requests/s by rank
 	noise  *rand.Rand
+	hot    bool // owners report their busiest keys, as ownerguard's do
 }
 
 func newZipfPool(alpha float64, nkeys int, seed uint64) *zipfPool {
 	z := &zipfPool{names: []string{"o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7"}, noise: rand.New(rand.NewPCG(seed, 99))}
 	z.counts, _ = ring.Apportion(z.names, 4096)
-	rng := rand.New(rand.NewPCG(seed, 5))
+	rng := rand.New(rand.NewPCG(seed, math.Float64bits(alpha)))
 	for ph := range 2 {
 		perm := rng.Perm(nkeys)
 		z.keys[ph] = make([]uint64, nkeys)
@@ -60,8 +61,17 @@ func (z *zipfPool) round(ph int, noisy bool) (BalanceInput, float64) {
 	for i := range groups {
 		groups[i] = make([]float64, lease.LoadGroups)
 	}
+	hot := make([][]lease.HotKey, len(z.counts))
 	for k, h := range z.keys[ph] {
-		groups[idx[r.LookupOwner(h)]][lease.LoadGroup(h)] += z.w[k]
+		i := idx[r.LookupOwner(h)]
+		groups[i][lease.LoadGroup(h)] += z.w[k]
+		if len(hot[i]) < lease.MaxHotKeys { // ranks come in order: an owner's first keys are its busiest
+			rate := z.w[k]
+			if noisy {
+				rate = max(0, rate+z.noise.NormFloat64()*math.Sqrt(rate/5)) // a count over 5 s, as the groups
+			}
+			hot[i] = append(hot[i], lease.HotKey{Hash: h, Rate: rate})
+		}
 	}
 	shares := groupShares(r)
 	in := BalanceInput{RingSize: 4096, Ring: r, MaxMoves: DefaultBalanceMaxMoves}
@@ -77,7 +87,11 @@ func (z *zipfPool) round(ph int, noisy bool) (BalanceInput, float64) {
 		}
 		total += truth
 		mx = max(mx, truth)
-		in.Owners = append(in.Owners, OwnerLoad{Name: o.Name, VNodes: o.VNodes, Load: l, Groups: groups[i], Share: shares[o.Name]})
+		ol := OwnerLoad{Name: o.Name, VNodes: o.VNodes, Load: l, Groups: groups[i], Share: shares[o.Name]}
+		if z.hot {
+			ol.Hot = hot[i]
+		}
+		in.Owners = append(in.Owners, ol)
 	}
 	return in, mx / (total / float64(len(z.counts)))
 }
@@ -95,44 +109,50 @@ func (z *zipfPool) apply(t *testing.T, ms []VNodeMove) int {
 }
 
 // TestFitZipf runs fit round after round on bench/balance's load (seed 1
-// gives the keys of its zipf1.1-fit namespace), Zipf 0.8 and 1.1, with a
-// shift of the popular keys halfway and noisy reports (seeded; the seed is
-// printed): each phase must end at or below its bound and then stop
-// moving (no oscillation). The bound at 1.1 is not the 1.25: with
-// the reports' resolution (64 groups) fit cannot tell which arc of its
-// holder carries the top key (13.5% of the load), and it settles rather
-// than pass the key around; see README, "Load balancing".
+// gives the keys of its Zipf namespaces; more seeds are other draws), Zipf
+// 0.8 and 1.1, with a shift of the popular keys halfway and noisy reports
+// (seeded; the seeds are printed), the owners reporting their busiest keys
+// as ownerguard's do: each phase must end at or below its bound and then
+// stop moving (no oscillation). At Zipf 0.8 the bound is the 1.10
+// after 4 rounds (the bench's 60 s). At 1.1 it is what the ring allows with
+// these draws, not the 1.25: the top key's holder keeps every entry
+// up to the one that holds the key, and which entries can hold it is fixed
+// by the names (see fitPolicy); an offline annealing over the counts found
+// no better than 1.34 for seed 1's first phase.
 func TestFitZipf(t *testing.T) {
 	const rounds = 14
 	for _, c := range []struct {
 		alpha float64
-		goal  float64 // max/mean at the end of each phase
-	}{{0.8, 1.10}, {1.1, 1.50}} {
-		t.Run(fmt.Sprint(c.alpha), func(t *testing.T) {
-			seed := uint64(1)
-			t.Logf("seed %d", seed)
-			z := newZipfPool(c.alpha, 100_000, seed)
-			p := &fitPolicy{}
-			for ph := range 2 {
-				var hist []float64
-				var moved []int
-				for range rounds {
-					in, mm := z.round(ph, true)
-					hist = append(hist, math.Round(mm*1000)/1000)
-					moved = append(moved, z.apply(t, p.Plan(in)))
-				}
-				_, mm := z.round(ph, false)
-				t.Logf("phase %d: max/mean by round %v, end %.3f; vnodes moved %v; counts %v", ph, hist, mm, moved, z.counts)
-				if mm > c.goal {
-					t.Errorf("phase %d ended at max/mean %.3f > %.2f", ph, mm, c.goal)
-				}
-				for _, m := range moved[rounds-5:] {
-					if m != 0 {
-						t.Errorf("phase %d still moves in its last 5 rounds: %v", ph, moved)
-						break
+		at4   float64 // max/mean after 4 rounds (the bench's 60 s) in each phase
+		end   float64 // at the end of each phase
+	}{{0.8, 1.10, 1.10}, {1.1, 1.90, 1.70}} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			t.Run(fmt.Sprintf("%g/seed%d", c.alpha, seed), func(t *testing.T) {
+				t.Logf("seed %d", seed)
+				z := newZipfPool(c.alpha, 100_000, seed)
+				z.hot = true
+				p := &fitPolicy{}
+				for ph := range 2 {
+					var hist []float64
+					var moved []int
+					for range rounds {
+						in, mm := z.round(ph, true)
+						hist = append(hist, math.Round(mm*1000)/1000)
+						moved = append(moved, z.apply(t, p.Plan(in)))
+					}
+					_, mm := z.round(ph, false)
+					t.Logf("phase %d: max/mean by round %v, end %.3f; vnodes moved %v", ph, hist, mm, moved)
+					if hist[4] > c.at4 || mm > c.end {
+						t.Errorf("phase %d: max/mean %.3f after 4 rounds, %.3f at the end; want at most %.2f and %.2f", ph, hist[4], mm, c.at4, c.end)
+					}
+					for _, m := range moved[rounds-5:] {
+						if m != 0 {
+							t.Errorf("phase %d still moves in its last 5 rounds: %v", ph, moved)
+							break
+						}
 					}
 				}
-			}
-		})
+			})
+		}
 	}
 }

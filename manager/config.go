@@ -126,7 +126,7 @@ type NamespaceConfig struct {
 	// (or T if longer).
 	BalanceInterval time.Duration `json:",omitempty"`
 	// BalanceMaxMoves bounds the virtual nodes one round moves (0 means
-	// DefaultBalanceMaxMoves, 64, or RingSize if smaller); from 1 to
+	// DefaultBalanceMaxMoves, 256, or RingSize if smaller); from 1 to
 	// RingSize.
 	BalanceMaxMoves int `json:",omitempty"`
 	// BalanceMinLoad is the mean load below which a round moves nothing

@@ -23,15 +23,18 @@ const (
 	// an owner more than 10% above the mean load loses a virtual node to
 	// the least-loaded owner; at most one per owner per round.
 	BalanceSeeds = "seeds"
-	// BalanceFit estimates the load of each arc a move would hand over,
-	// from the owners' per-group loads, and makes the moves that even out
-	// the estimated loads most, several per round (see fitPolicy).
+	// BalanceFit models the load over the circle from the owners'
+	// per-group loads and hot keys, follows each move's arcs and keys
+	// exactly on that model, and makes the moves that even out the loads
+	// most, several per round, handing a dominant key along the ring when
+	// its holder cannot shed enough (see fitPolicy).
 	BalanceFit = "fit"
 	// DefaultBalance is the policy of a namespace that names none: fit,
-	// which beat the papers' rule on make bench-balance (max/mean 1.04
-	// within 60 s at Zipf 0.8, where seeds stayed at 1.18; 1.37 at Zipf
-	// 1.1, where seeds stayed at 1.99; no moves after convergence at
-	// either; see README, "Load balancing"). A namespace whose owners report no load, or a
+	// which beat the papers' rule on make bench-balance (2026-11-27:
+	// max/mean 1.02 at 60 s at Zipf 0.8, where seeds stayed at 1.18; 1.37
+	// at Zipf 1.1 and 1.25 at 60 s after the shift, where seeds stayed at 1.82
+	// to 2.07; no moves after convergence at either; see README, "Load
+	// balancing"). A namespace whose owners report no load, or a
 	// mean load under BalanceMinLoad, never moves; one that must not move
 	// keys for load at all says off.
 	DefaultBalance = BalanceFit
@@ -44,8 +47,11 @@ const (
 	// and every owner has reported since (see balancer.round).
 	DefaultBalanceInterval = 15 * time.Second
 	// DefaultBalanceMaxMoves bounds the virtual nodes moved per round:
-	// 64 of R = 4096 is 1.6% of the circle.
-	DefaultBalanceMaxMoves = 64
+	// 256 of R = 4096 is 6.25% of the circle, half of what a drain of one
+	// of 8 owners moves at once. It was 64: at Zipf 1.1 the top key's
+	// holder must shed hundreds of entries (or hand the key along the ring,
+	// see fitPlan.relays), which took 64 per 15 s round minutes.
+	DefaultBalanceMaxMoves = 256
 	// DefaultBalanceMinLoad is the mean load (in the owners' unit, by
 	// default admitted requests per second) below which no round moves
 	// anything: at a few requests a second the reports are mostly noise.
@@ -92,6 +98,10 @@ type OwnerLoad struct {
 	Load   float64
 	// Groups is the report's per-group load, or nil if it had none.
 	Groups []float64
+	// Hot is the report's busiest keys (lease.LoadReport.Hot), as the
+	// owner sent them: a key may lie outside the owner's arcs (a report
+	// measured before a move), which a policy must check.
+	Hot []lease.HotKey
 	// Share is the fraction of the circle the owner's arcs cover in each
 	// range group; Σ over owners and groups is 1. Filled only for policies
 	// that ask for it (wantShares).

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/fuge-project/fuge/lease"
@@ -56,9 +58,15 @@ func (m *loadModel) report(ls []lease.Lease) *lease.LoadReport {
 		for k, h := range m.keys {
 			if le.Range.Contains(h) {
 				l.Groups[lease.LoadGroup(h)] += m.w[k]
+				// The busiest keys held, as ownerguard samples them (the
+				// keys come by weight, the heaviest first, but leases in
+				// any order: keep the heaviest MaxHotKeys).
+				l.Hot = append(l.Hot, lease.HotKey{Hash: h, Rate: m.w[k]})
 			}
 		}
 	}
+	slices.SortFunc(l.Hot, func(a, b lease.HotKey) int { return cmp.Compare(b.Rate, a.Rate) })
+	l.Hot = l.Hot[:min(len(l.Hot), lease.MaxHotKeys)]
 	for _, g := range l.Groups {
 		l.Rate += g
 	}

@@ -350,10 +350,14 @@ func (x *LeaseRequest) GetLoad() *LoadReport {
 // admitted per second, smoothed; or a figure of the application's own. Every
 // figure is finite, 0 to 1e12. groups is empty or has exactly 64 figures:
 // the load in each 1/64 of the circle (the top six bits of a key's hash).
+// hot has at most 8 keys, no hash twice: the owner's busiest keys with their
+// load, so that the leader knows which arc carries a key that alone is a
+// large part of an owner's load.
 type LoadReport struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Rate          float64                `protobuf:"fixed64,1,opt,name=rate,proto3" json:"rate,omitempty"`
 	Groups        []float64              `protobuf:"fixed64,2,rep,packed,name=groups,proto3" json:"groups,omitempty"`
+	Hot           []*HotKey              `protobuf:"bytes,3,rep,name=hot,proto3" json:"hot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -402,6 +406,67 @@ func (x *LoadReport) GetGroups() []float64 {
 	return nil
 }
 
+func (x *LoadReport) GetHot() []*HotKey {
+	if x != nil {
+		return x.Hot
+	}
+	return nil
+}
+
+// HotKey is one busy key of a LoadReport: its hash (XXH64 of the routing
+// value) and its load, in the unit of rate.
+type HotKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hash          uint64                 `protobuf:"fixed64,1,opt,name=hash,proto3" json:"hash,omitempty"`
+	Rate          float64                `protobuf:"fixed64,2,opt,name=rate,proto3" json:"rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HotKey) Reset() {
+	*x = HotKey{}
+	mi := &file_fuge_v1_fuge_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HotKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HotKey) ProtoMessage() {}
+
+func (x *HotKey) ProtoReflect() protoreflect.Message {
+	mi := &file_fuge_v1_fuge_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HotKey.ProtoReflect.Descriptor instead.
+func (*HotKey) Descriptor() ([]byte, []int) {
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *HotKey) GetHash() uint64 {
+	if x != nil {
+		return x.Hash
+	}
+	return 0
+}
+
+func (x *HotKey) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
 // LeaseResponse goes from the manager to an owner.
 type LeaseResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -427,7 +492,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[5]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +504,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[5]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +517,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{5}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LeaseResponse) GetNamespace() string {
@@ -524,7 +589,7 @@ type MigrationOrder struct {
 
 func (x *MigrationOrder) Reset() {
 	*x = MigrationOrder{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -536,7 +601,7 @@ func (x *MigrationOrder) String() string {
 func (*MigrationOrder) ProtoMessage() {}
 
 func (x *MigrationOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[6]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -549,7 +614,7 @@ func (x *MigrationOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationOrder.ProtoReflect.Descriptor instead.
 func (*MigrationOrder) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{6}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MigrationOrder) GetRange() *Range {
@@ -600,7 +665,7 @@ type Arc struct {
 
 func (x *Arc) Reset() {
 	*x = Arc{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +677,7 @@ func (x *Arc) String() string {
 func (*Arc) ProtoMessage() {}
 
 func (x *Arc) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[7]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +690,7 @@ func (x *Arc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Arc.ProtoReflect.Descriptor instead.
 func (*Arc) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{7}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Arc) GetNamespace() string {
@@ -695,7 +760,7 @@ type ArcBlock struct {
 
 func (x *ArcBlock) Reset() {
 	*x = ArcBlock{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[8]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +772,7 @@ func (x *ArcBlock) String() string {
 func (*ArcBlock) ProtoMessage() {}
 
 func (x *ArcBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[8]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +785,7 @@ func (x *ArcBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArcBlock.ProtoReflect.Descriptor instead.
 func (*ArcBlock) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{8}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ArcBlock) GetNamespace() string {
@@ -763,7 +828,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[9]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +840,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[9]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +853,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{9}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Heartbeat) GetNamespace() string {
@@ -818,7 +883,7 @@ type MigrationFetch struct {
 
 func (x *MigrationFetch) Reset() {
 	*x = MigrationFetch{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[10]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +895,7 @@ func (x *MigrationFetch) String() string {
 func (*MigrationFetch) ProtoMessage() {}
 
 func (x *MigrationFetch) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[10]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +908,7 @@ func (x *MigrationFetch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationFetch.ProtoReflect.Descriptor instead.
 func (*MigrationFetch) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{10}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MigrationFetch) GetNamespace() string {
@@ -889,7 +954,7 @@ type MigrationChunk struct {
 
 func (x *MigrationChunk) Reset() {
 	*x = MigrationChunk{}
-	mi := &file_fuge_v1_fuge_proto_msgTypes[11]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +966,7 @@ func (x *MigrationChunk) String() string {
 func (*MigrationChunk) ProtoMessage() {}
 
 func (x *MigrationChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_fuge_v1_fuge_proto_msgTypes[11]
+	mi := &file_fuge_v1_fuge_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +979,7 @@ func (x *MigrationChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationChunk.ProtoReflect.Descriptor instead.
 func (*MigrationChunk) Descriptor() ([]byte, []int) {
-	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{11}
+	return file_fuge_v1_fuge_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MigrationChunk) GetData() []byte {
@@ -961,11 +1026,15 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\x0emigration_addr\x18\v \x01(\tR\rmigrationAddr\x12\x1a\n" +
 	"\bhandover\x18\f \x01(\bR\bhandover\x12'\n" +
 	"\x04load\x18\n" +
-	" \x01(\v2\x13.fuge.v1.LoadReportR\x04load\"8\n" +
+	" \x01(\v2\x13.fuge.v1.LoadReportR\x04load\"[\n" +
 	"\n" +
 	"LoadReport\x12\x12\n" +
 	"\x04rate\x18\x01 \x01(\x01R\x04rate\x12\x16\n" +
-	"\x06groups\x18\x02 \x03(\x01R\x06groups\"\xd1\x02\n" +
+	"\x06groups\x18\x02 \x03(\x01R\x06groups\x12!\n" +
+	"\x03hot\x18\x03 \x03(\v2\x0f.fuge.v1.HotKeyR\x03hot\"0\n" +
+	"\x06HotKey\x12\x12\n" +
+	"\x04hash\x18\x01 \x01(\x06R\x04hash\x12\x12\n" +
+	"\x04rate\x18\x02 \x01(\x01R\x04rate\"\xd1\x02\n" +
 	"\rLeaseResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12'\n" +
@@ -1024,20 +1093,21 @@ func file_fuge_v1_fuge_proto_rawDescGZIP() []byte {
 	return file_fuge_v1_fuge_proto_rawDescData
 }
 
-var file_fuge_v1_fuge_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_fuge_v1_fuge_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_fuge_v1_fuge_proto_goTypes = []any{
 	(*Range)(nil),          // 0: fuge.v1.Range
 	(*Lease)(nil),          // 1: fuge.v1.Lease
 	(*Header)(nil),         // 2: fuge.v1.Header
 	(*LeaseRequest)(nil),   // 3: fuge.v1.LeaseRequest
 	(*LoadReport)(nil),     // 4: fuge.v1.LoadReport
-	(*LeaseResponse)(nil),  // 5: fuge.v1.LeaseResponse
-	(*MigrationOrder)(nil), // 6: fuge.v1.MigrationOrder
-	(*Arc)(nil),            // 7: fuge.v1.Arc
-	(*ArcBlock)(nil),       // 8: fuge.v1.ArcBlock
-	(*Heartbeat)(nil),      // 9: fuge.v1.Heartbeat
-	(*MigrationFetch)(nil), // 10: fuge.v1.MigrationFetch
-	(*MigrationChunk)(nil), // 11: fuge.v1.MigrationChunk
+	(*HotKey)(nil),         // 5: fuge.v1.HotKey
+	(*LeaseResponse)(nil),  // 6: fuge.v1.LeaseResponse
+	(*MigrationOrder)(nil), // 7: fuge.v1.MigrationOrder
+	(*Arc)(nil),            // 8: fuge.v1.Arc
+	(*ArcBlock)(nil),       // 9: fuge.v1.ArcBlock
+	(*Heartbeat)(nil),      // 10: fuge.v1.Heartbeat
+	(*MigrationFetch)(nil), // 11: fuge.v1.MigrationFetch
+	(*MigrationChunk)(nil), // 12: fuge.v1.MigrationChunk
 }
 var file_fuge_v1_fuge_proto_depIdxs = []int32{
 	0,  // 0: fuge.v1.Lease.range:type_name -> fuge.v1.Range
@@ -1046,25 +1116,26 @@ var file_fuge_v1_fuge_proto_depIdxs = []int32{
 	0,  // 3: fuge.v1.LeaseRequest.migrated:type_name -> fuge.v1.Range
 	1,  // 4: fuge.v1.LeaseRequest.refused:type_name -> fuge.v1.Lease
 	4,  // 5: fuge.v1.LeaseRequest.load:type_name -> fuge.v1.LoadReport
-	2,  // 6: fuge.v1.LeaseResponse.header:type_name -> fuge.v1.Header
-	1,  // 7: fuge.v1.LeaseResponse.renew:type_name -> fuge.v1.Lease
-	1,  // 8: fuge.v1.LeaseResponse.grant:type_name -> fuge.v1.Lease
-	6,  // 9: fuge.v1.LeaseResponse.migrate_out:type_name -> fuge.v1.MigrationOrder
-	6,  // 10: fuge.v1.LeaseResponse.migrate_in:type_name -> fuge.v1.MigrationOrder
-	0,  // 11: fuge.v1.MigrationOrder.range:type_name -> fuge.v1.Range
-	0,  // 12: fuge.v1.Arc.range:type_name -> fuge.v1.Range
-	7,  // 13: fuge.v1.ArcBlock.arcs:type_name -> fuge.v1.Arc
-	0,  // 14: fuge.v1.MigrationFetch.range:type_name -> fuge.v1.Range
-	0,  // 15: fuge.v1.MigrationChunk.range:type_name -> fuge.v1.Range
-	3,  // 16: fuge.v1.OwnerService.Lease:input_type -> fuge.v1.LeaseRequest
-	10, // 17: fuge.v1.MigrationService.Fetch:input_type -> fuge.v1.MigrationFetch
-	5,  // 18: fuge.v1.OwnerService.Lease:output_type -> fuge.v1.LeaseResponse
-	11, // 19: fuge.v1.MigrationService.Fetch:output_type -> fuge.v1.MigrationChunk
-	18, // [18:20] is the sub-list for method output_type
-	16, // [16:18] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	5,  // 6: fuge.v1.LoadReport.hot:type_name -> fuge.v1.HotKey
+	2,  // 7: fuge.v1.LeaseResponse.header:type_name -> fuge.v1.Header
+	1,  // 8: fuge.v1.LeaseResponse.renew:type_name -> fuge.v1.Lease
+	1,  // 9: fuge.v1.LeaseResponse.grant:type_name -> fuge.v1.Lease
+	7,  // 10: fuge.v1.LeaseResponse.migrate_out:type_name -> fuge.v1.MigrationOrder
+	7,  // 11: fuge.v1.LeaseResponse.migrate_in:type_name -> fuge.v1.MigrationOrder
+	0,  // 12: fuge.v1.MigrationOrder.range:type_name -> fuge.v1.Range
+	0,  // 13: fuge.v1.Arc.range:type_name -> fuge.v1.Range
+	8,  // 14: fuge.v1.ArcBlock.arcs:type_name -> fuge.v1.Arc
+	0,  // 15: fuge.v1.MigrationFetch.range:type_name -> fuge.v1.Range
+	0,  // 16: fuge.v1.MigrationChunk.range:type_name -> fuge.v1.Range
+	3,  // 17: fuge.v1.OwnerService.Lease:input_type -> fuge.v1.LeaseRequest
+	11, // 18: fuge.v1.MigrationService.Fetch:input_type -> fuge.v1.MigrationFetch
+	6,  // 19: fuge.v1.OwnerService.Lease:output_type -> fuge.v1.LeaseResponse
+	12, // 20: fuge.v1.MigrationService.Fetch:output_type -> fuge.v1.MigrationChunk
+	19, // [19:21] is the sub-list for method output_type
+	17, // [17:19] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_fuge_v1_fuge_proto_init() }
@@ -1078,7 +1149,7 @@ func file_fuge_v1_fuge_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fuge_v1_fuge_proto_rawDesc), len(file_fuge_v1_fuge_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

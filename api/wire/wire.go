@@ -89,6 +89,9 @@ func Request(r lease.LeaseRequest) *fugev1.LeaseRequest {
 	}
 	if r.Load != nil {
 		out.Load = &fugev1.LoadReport{Rate: r.Load.Rate, Groups: r.Load.Groups}
+		for _, k := range r.Load.Hot {
+			out.Load.Hot = append(out.Load.Hot, &fugev1.HotKey{Hash: k.Hash, Rate: k.Rate})
+		}
 	}
 	return out
 }
@@ -99,7 +102,17 @@ func LoadFrom(l *fugev1.LoadReport) (*lease.LoadReport, error) {
 	if l == nil {
 		return nil, nil
 	}
+	if n := len(l.Hot); n > lease.MaxHotKeys {
+		// Refused before converting anything.
+		return nil, fmt.Errorf("%w: %w: load.hot has %d keys; want at most %d", ErrMalformed, lease.ErrInvalid, n, lease.MaxHotKeys)
+	}
 	out := &lease.LoadReport{Rate: l.Rate, Groups: l.Groups}
+	for i, k := range l.Hot {
+		if k == nil {
+			return nil, fmt.Errorf("%w: load.hot[%d] is missing", ErrMalformed, i)
+		}
+		out.Hot = append(out.Hot, lease.HotKey{Hash: k.Hash, Rate: k.Rate})
+	}
 	if err := out.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}

@@ -19,7 +19,8 @@ func TestRoundTrip(t *testing.T) {
 		Held:     []lease.Lease{{Range: ring.Range{Start: 1, End: 5}, Gen: 7}, {Range: ring.Range{Start: ^uint64(0) - 1, End: 0}, Gen: 8}},
 		Migrated: []ring.Range{{Start: 5, End: 9}},
 		Refused:  []lease.Lease{{Range: ring.Range{Start: 9, End: 10}, Gen: 2}},
-		Load:     &lease.LoadReport{Rate: 12.5, Groups: make([]float64, lease.LoadGroups)},
+		Load: &lease.LoadReport{Rate: 12.5, Groups: make([]float64, lease.LoadGroups),
+			Hot: []lease.HotKey{{Hash: 0xfedcba9876543210, Rate: 10}, {Hash: 3, Rate: 0.5}}},
 	}
 	req.Load.Groups[3] = 12.5
 	b, err := proto.Marshal(Request(req))
@@ -73,6 +74,14 @@ func TestMalformed(t *testing.T) {
 		"load NaN":      func(r *fugev1.LeaseRequest) { r.Load = &fugev1.LoadReport{Rate: math.NaN()} },
 		"load negative": func(r *fugev1.LeaseRequest) { r.Load = &fugev1.LoadReport{Rate: -1} },
 		"load groups":   func(r *fugev1.LeaseRequest) { r.Load = &fugev1.LoadReport{Groups: make([]float64, 65)} },
+		"too many hot": func(r *fugev1.LeaseRequest) {
+			r.Load = &fugev1.LoadReport{Hot: make([]*fugev1.HotKey, lease.MaxHotKeys+1)}
+		},
+		"nil hot key": func(r *fugev1.LeaseRequest) { r.Load = &fugev1.LoadReport{Hot: []*fugev1.HotKey{nil}} },
+		"hot key NaN": func(r *fugev1.LeaseRequest) {
+			r.Load = &fugev1.LoadReport{Hot: []*fugev1.HotKey{{Hash: 1, Rate: math.NaN()}}}
+		},
+		"hot key twice": func(r *fugev1.LeaseRequest) { r.Load = &fugev1.LoadReport{Hot: []*fugev1.HotKey{{Hash: 1}, {Hash: 1}}} },
 		"leaving, holding": func(r *fugev1.LeaseRequest) {
 			r.Leaving = true
 			r.Held = []*fugev1.Lease{{Range: &fugev1.Range{Start: 1, End: 2}, Gen: 1}}

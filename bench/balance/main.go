@@ -173,6 +173,9 @@ type nsRun struct {
 	Unserved    uint64  `json:"unserved"`      // requests no owner admitted (in transit between owners)
 	Served      uint64  `json:"served"`        // requests admitted
 	TopKeyShare float64 `json:"top_key_share"` // the most popular key's share of the load
+	// Top names the most popular key of each half (before and after the
+	// shift).
+	Top [2]string `json:"top_key"`
 
 	owners []*ownerguard.Owner
 	byAddr map[string]int
@@ -253,17 +256,13 @@ func run(ctx context.Context, o options, logw io.Writer) (*result, error) {
 	fmt.Fprintf(logw, "balance: manager at %s (admin %s); %d namespaces of %d owners, %.0f requests/s each, %d keys, T=%v, rounds every %v\n",
 		grpcAddr, httpAddr, len(runs), o.owners, o.rate, o.keys, o.lease, o.interval)
 
-	// Keys and their popularity.
-	for i, r := range runs {
-		rng := rand.New(rand.NewPCG(o.seed, uint64(i)))
+	// Keys and their popularity: drawn from the seed and the Zipf
+	// parameter only, so that every policy of a Zipf parameter gets the
+	// same keys whatever -policies lists (the namespace's index in the run
+	// changed them before).
+	for _, r := range runs {
 		r.cdf, r.TopKeyShare = zipfCDF(o.keys, r.Zipf)
-		for ph := range 2 {
-			r.keys[ph] = make([]uint64, o.keys)
-			perm := rng.Perm(o.keys)
-			for k := range o.keys {
-				r.keys[ph][k] = ring.HashString(fmt.Sprintf("user-%d-%d", ph, perm[k]))
-			}
-		}
+		r.keys, r.Top = drawKeys(o.seed, r.Zipf, o.keys)
 	}
 
 	// Owners and lookups.
@@ -344,11 +343,11 @@ func run(ctx context.Context, o options, logw io.Writer) (*result, error) {
 	start := time.Now()
 	var phase atomic.Int32
 	var wg sync.WaitGroup
-	for i, r := range runs {
+	for _, r := range runs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			generate(ctx, r, o, start, &phase, rand.New(rand.NewPCG(o.seed, 1000+uint64(i))))
+			generate(ctx, r, o, start, &phase, rand.New(rand.NewPCG(o.seed, ^math.Float64bits(r.Zipf))))
 		}()
 	}
 	// Sampling.
@@ -466,6 +465,25 @@ func (r *nsRun) sample() float64 {
 	return mx / (total / float64(len(r.served)))
 }
 
+// drawKeys returns the key hashes by popularity rank in each half of the
+// run (the load shifts to other keys halfway) and the name of the top key
+// of each half. They depend on seed and the Zipf parameter only.
+func drawKeys(seed uint64, zipf float64, n int) (keys [2][]uint64, top [2]string) {
+	rng := rand.New(rand.NewPCG(seed, math.Float64bits(zipf)))
+	for ph := range 2 {
+		keys[ph] = make([]uint64, n)
+		perm := rng.Perm(n)
+		for k := range n {
+			name := fmt.Sprintf("user-%d-%d", ph, perm[k])
+			if k == 0 {
+				top[ph] = name
+			}
+			keys[ph][k] = ring.HashString(name)
+		}
+	}
+	return keys, top
+}
+
 // zipfCDF is the cumulative distribution of ranks 1..n with P(k) ∝ k^-α,
 // and the top rank's probability.
 func zipfCDF(n int, alpha float64) ([]float64, float64) {
@@ -573,14 +591,28 @@ func (res *result) write(o options, w io.Writer) error {
 		s := r.summarize(o)
 		fmt.Fprintf(w, "balance zipf=%g policy=%s: max/mean %.2f at %ds, moves/min after convergence %s, republished after drain %s\n",
 			r.Zipf, r.Policy, s.at60, int(o.converge.Seconds()), fmtMoves(s.movesPerMin), republishedAfterDrain(r.Zipf, r.Policy))
-		fmt.Fprintf(w, "  after the shift: max/mean %.2f at %ds; worst after convergence %.2f; %d vnodes and %d ranges moved, %d loss notifications (%d ranges), %.2f%% of requests refused in transit; top key %.1f%% of the load (mean owner share %.1f%%)\n",
+		fmt.Fprintf(w, "  after the shift: max/mean %.2f at %ds; worst after convergence %.2f; %d vnodes and %d ranges moved, %d loss notifications (%d ranges), %.2f%% of requests refused in transit\n",
 			s.at60shift, int(o.converge.Seconds()), s.worstAfter, r.Moved[len(r.Moved)-1], r.Ranges, r.Losses, r.LossRanges,
-			100*float64(r.Unserved)/float64(max(r.Served+r.Unserved, 1)), 100*r.TopKeyShare, 100/float64(res.Owners))
+			100*float64(r.Unserved)/float64(max(r.Served+r.Unserved, 1)))
+		fmt.Fprintf(w, "  %s\n", r.dominant(res.Owners))
 	}
 	if o.section != "" {
 		return res.appendSection(o, o.section, plots)
 	}
 	return nil
+}
+
+// dominant says which key dominates and by how much: the top key of each
+// half and its share of the load against the mean owner's; a key above
+// the mean share alone puts its holder at or above share × owners.
+func (r *nsRun) dominant(owners int) string {
+	mean := 1 / float64(owners)
+	s := fmt.Sprintf("top key %s before the shift, %s after: each %.1f%% of the load (rank 2 %.1f%%, rank 3 %.1f%%), mean owner share %.1f%%",
+		r.Top[0], r.Top[1], 100*r.TopKeyShare, 100*(r.cdf[1]-r.cdf[0]), 100*(r.cdf[2]-r.cdf[1]), 100*mean)
+	if r.TopKeyShare > mean {
+		s += fmt.Sprintf(": it dominates, its holder is at max/mean %.2f or more from that key alone", r.TopKeyShare/mean)
+	}
+	return s
 }
 
 func fmtMoves(x float64) string {

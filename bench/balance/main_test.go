@@ -49,3 +49,22 @@ func TestSummaryAndSection(t *testing.T) {
 		t.Fatalf("section:\n%s\nwant the line %q and the plot linked relative to the report", b, want)
 	}
 }
+
+// TestKeysByZipfOnly: a Zipf parameter's keys depend on the seed and the
+// parameter only, not on which policies run beside it.
+func TestKeysByZipfOnly(t *testing.T) {
+	a, ta := drawKeys(1, 1.1, 1000)
+	b, tb := drawKeys(1, 1.1, 1000)
+	c, _ := drawKeys(1, 0.8, 1000)
+	if a[0][0] != b[0][0] || a[1][7] != b[1][7] || ta != tb {
+		t.Fatal("the same seed and Zipf parameter drew different keys")
+	}
+	if a[0][0] == c[0][0] && a[0][1] == c[0][1] {
+		t.Fatal("Zipf 0.8 and 1.1 drew the same keys")
+	}
+	r := &nsRun{Top: ta}
+	r.cdf, r.TopKeyShare = zipfCDF(100_000, 1.1)
+	if s := r.dominant(8); !strings.Contains(s, ta[0]) || !strings.Contains(s, "13.5%") || !strings.Contains(s, "max/mean 1.08") {
+		t.Fatalf("dominant: %s", s)
+	}
+}
