@@ -122,7 +122,6 @@ type namespace struct {
 	membersChanged bool // the desired ring must be recomputed
 	changed        bool // an arc was freed or changed hands: reconcile and publish
 	split          bool // arcs were split to match an owner's ranges: compact
-	ownersDirty    bool // the owner records changed: commit them
 	table          *ring.Table[arc]
 	view           *ring.Table[viewVal]
 	nextGen        lease.Gen
@@ -131,6 +130,9 @@ type namespace struct {
 	seq            uint64    // last sequence number sent to any session: monotonic per peer even when a session is re-created
 	log            changeLog
 	dirty          map[string]bool // sessions to write to at the end of the step
+	// dirtyOwners names the owners whose records changed in this step:
+	// publish commits theirs (or their removal), not the whole list.
+	dirtyOwners map[string]bool
 	// touched lists the ranges whose arcs changed in this step (or whose
 	// desired owner did): reconcile and publish look only there, so a step
 	// costs what it changes, not the size of the ring.
@@ -162,6 +164,8 @@ func newNamespace(m *Manager, nc NamespaceConfig, now time.Time) *namespace {
 		nextGen:  1,
 		dirty:    map[string]bool{},
 		vnodes:   map[string]int{},
+
+		dirtyOwners: map[string]bool{},
 	}
 	n.bal.policy = newPolicy(nc.Balance)
 	n.desired, _ = ring.New(nil)
@@ -170,6 +174,9 @@ func newNamespace(m *Manager, nc NamespaceConfig, now time.Time) *namespace {
 	n.log.init(now)
 	return n
 }
+
+// ownerChanged marks name's owner record for the next commit.
+func (n *namespace) ownerChanged(name string) { n.dirtyOwners[name] = true }
 
 func newSession(name, addr string, nonce uint64) *session {
 	return &session{name: name, addr: addr, nonce: nonce, mine: ring.NewTable(false)}
@@ -291,7 +298,7 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 		} else {
 			n.membersChanged = true
 		}
-		n.ownersDirty = true
+		n.ownerChanged(req.Owner)
 		n.sessions[req.Owner] = s
 		if n.addrs[req.Owner] != req.Addr {
 			n.addrs[req.Owner] = req.Addr
@@ -418,7 +425,8 @@ func (n *namespace) endWaits() {
 		}
 		s.waiting, s.orphanRanges = false, nil
 		n.waiting--
-		n.ownersDirty, n.changed = true, true
+		n.changed = true
+		n.ownerChanged(s.name)
 		// Its arcs of the desired ring may be granted now.
 		n.touchOwner(s.name)
 	}
@@ -447,7 +455,8 @@ func (n *namespace) anyOrphan(rs []ring.Range) bool {
 // its arcs expire as after a crash.
 func (n *namespace) leave(s *session) {
 	s.draining = true
-	n.membersChanged, n.ownersDirty = true, true
+	n.membersChanged = true
+	n.ownerChanged(s.name)
 	n.m.stats.Leaves++
 }
 

@@ -42,8 +42,8 @@ func (n *namespace) step(now time.Time) Output {
 	if changed || n.split {
 		n.table.Compact()
 	}
-	if changed || n.ownersDirty {
-		if c := n.publish(now); len(c.Changes) > 0 || c.Owners != nil {
+	if changed || len(n.dirtyOwners) > 0 {
+		if c := n.publish(now); len(c.Changes) > 0 || c.ownersChanged() {
 			out.Commits = append(out.Commits, c)
 		}
 	}
@@ -135,7 +135,8 @@ func (n *namespace) endSession(s *session, now int64) {
 	}
 	delete(n.sessions, s.name)
 	delete(n.dirty, s.name)
-	n.membersChanged, n.ownersDirty = true, true
+	n.membersChanged = true
+	n.ownerChanged(s.name)
 	n.m.stats.SessionExpiries++
 }
 
@@ -232,6 +233,20 @@ func (n *namespace) desiredRing() *ring.Ring {
 		}
 	}
 	owners := vnodeCounts(names, n.vnodes, n.cfg.RingSize)
+	// The owners whose count changes (or who leave the ring) commit their
+	// records with it.
+	in := make(map[string]bool, len(owners))
+	for _, o := range owners {
+		in[o.Name] = true
+		if v, ok := n.vnodes[o.Name]; !ok || v != o.VNodes {
+			n.ownerChanged(o.Name)
+		}
+	}
+	for name := range n.vnodes {
+		if !in[name] {
+			n.ownerChanged(name)
+		}
+	}
 	clear(n.vnodes)
 	for _, o := range owners {
 		n.vnodes[o.Name] = o.VNodes

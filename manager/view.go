@@ -41,9 +41,8 @@ func (n *namespace) projection(a arc) viewVal {
 // updates it, and appends the differences to the change log.
 func (n *namespace) publish(now time.Time) Commit {
 	out := Commit{Namespace: n.cfg.Name, FromLSN: n.log.lsn, At: now}
-	if n.ownersDirty {
-		n.ownersDirty = false
-		out.Owners = n.ownerRecords()
+	if len(n.dirtyOwners) > 0 {
+		out.OwnerUpserts, out.OwnerRemovals = n.ownerDeltas()
 	}
 	type piece struct {
 		r       ring.Range
