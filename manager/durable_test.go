@@ -20,14 +20,15 @@ import (
 // whole table rebuilt from every entry and the commit's changes, the
 // oracle for the incremental one.
 func rebuildEntries(es []lease.Entry, changes []lease.Change) []lease.Entry {
-	as := appendAssignments(nil, es)
+	as := make([]ring.Assignment[viewVal], 0, len(es)+len(changes))
+	as = appendAssignments(as, es)
 	for _, ch := range changes {
 		as = append(as, assignment(ch.Entry))
 	}
 	t := ring.NewTable(viewVal{})
 	t.SetAll(as)
 	t.Compact()
-	var out []lease.Entry
+	out := make([]lease.Entry, 0, t.Len())
 	t.Each(func(r ring.Range, v viewVal) {
 		out = append(out, lease.Entry{Range: r, Owner: v.Owner, Addr: v.Addr, Gen: v.Gen, MigratedFrom: v.From})
 	})
@@ -245,3 +246,47 @@ func containsKey(t *testing.T, b []byte, k string) bool {
 }
 
 func snapshotBytes(s raft.FSMSnapshot) []byte { return []byte(s.(fsmSnapshot)) }
+
+// BenchmarkApplyCommit measures Apply of one commit on a view of R
+// entries, the size of a join's or a leave's commit at PRS scale (1 arc,
+// and 132: one owner's share of 500 at R = 65536), incrementally and by the
+// rebuild Apply did before lease.View (the whole table from every entry).
+func BenchmarkApplyCommit(b *testing.B) {
+	for _, r := range []int{4096, 65536} {
+		rnd := rand.New(rand.NewPCG(1, 2))
+		ends := make([]uint64, r)
+		for i := range ends {
+			ends[i] = rnd.Uint64()
+		}
+		slices.Sort(ends)
+		es := make([]lease.Entry, r)
+		for i := range es {
+			o := fmt.Sprintf("owner-%03d", i%500)
+			es[i] = lease.Entry{Range: ring.Range{Start: ends[(i+r-1)%r], End: ends[i]}, Owner: o, Addr: o + ":80", Gen: lease.Gen(i + 2)}
+		}
+		base := NamespaceState{Config: NamespaceConfig{Name: "ns", RingSize: r}, Entries: lease.NewView(es), NextGen: lease.Gen(r + 2)}
+		for _, k := range []int{1, 132} {
+			cm := Commit{Namespace: "ns", At: time.Unix(0, 0)}
+			for j := range k {
+				e := es[j*(r/k)]
+				e.Owner, e.Addr, e.Gen = "new", "new:80", lease.Gen(r+3)
+				cm.Changes = append(cm.Changes, lease.Change{LSN: uint64(j + 1), Entry: e})
+			}
+			b.Run(fmt.Sprintf("incremental/R=%d/changes=%d", r, k), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					st := base
+					if err := st.Apply(cm, time.Hour); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run(fmt.Sprintf("rebuild/R=%d/changes=%d", r, k), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					rebuildEntries(es, cm.Changes)
+				}
+			})
+		}
+	}
+}
