@@ -251,7 +251,9 @@ func (n *namespace) desiredRing() *ring.Ring {
 	for _, o := range owners {
 		n.vnodes[o.Name] = o.VNodes
 	}
-	r, err := ring.New(owners)
+	// From the ring before: only the entries of counts that grew are
+	// hashed (ring.Ring.With).
+	r, err := n.desired.With(owners)
 	if err != nil {
 		panic("manager: ring: " + err.Error())
 	}
