@@ -289,6 +289,7 @@ func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, erro
 		n.table = ring.NewTable(arc{})
 		n.table.SetAll(arcs)
 		n.table.Compact()
+		n.oneArc = n.table.Len() == 1
 		n.table.Each(func(r ring.Range, a arc) {
 			if s := n.holderOf(a); s != nil {
 				s.mine.Set(r, true)

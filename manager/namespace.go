@@ -133,6 +133,13 @@ type namespace struct {
 	// dirtyOwners names the owners whose records changed in this step:
 	// publish commits theirs (or their removal), not the whole list.
 	dirtyOwners map[string]bool
+	// Where the table may have neighbours to merge since it was last
+	// compacted: the ranges of the arcs changed and the points it was
+	// split at (compactTable looks only there); oneArc: it was one arc
+	// then, whose end is arbitrary.
+	uncompacted []ring.Range
+	splitAt     []uint64
+	oneArc      bool
 	// touched lists the ranges whose arcs changed in this step (or whose
 	// desired owner did): reconcile and publish look only there, so a step
 	// costs what it changes, not the size of the ring.
@@ -170,6 +177,7 @@ func newNamespace(m *Manager, nc NamespaceConfig, now time.Time) *namespace {
 	n.bal.policy = newPolicy(nc.Balance)
 	n.desired, _ = ring.New(nil)
 	n.table = ring.NewTable(arc{gen: 1})
+	n.oneArc = true
 	n.view = ring.NewTable(viewVal{Gen: 1})
 	n.log.init(now)
 	return n
@@ -210,6 +218,7 @@ func (n *namespace) set(i int, a arc) {
 	r, _ := n.table.At(i)
 	n.table.SetValue(i, a)
 	n.touched = append(n.touched, r)
+	n.uncompacted = append(n.uncompacted, r)
 	os, ns := n.holderOf(old), n.holderOf(a)
 	if os != nil {
 		os.version++
@@ -388,6 +397,7 @@ func (n *namespace) replace(old, s *session) {
 			a.confirmed = true
 			n.table.SetValue(i, a)
 			n.touched = append(n.touched, r) // its address may change
+			n.uncompacted = append(n.uncompacted, r)
 			s.pending = append(s.pending, ring.Assignment[bool]{Range: r, Value: true})
 			s.version++
 			return
@@ -480,6 +490,9 @@ func (n *namespace) applyHeld(s *session, req lease.LeaseRequest) {
 		xs = append(xs, r.Start, r.End)
 	}
 	n.table.SplitAll(xs)
+	if n.table.Len() != arcs {
+		n.splitAt = append(n.splitAt, xs...)
+	}
 	held := byEnd(req.Held)
 	var mig []ring.Range
 	if len(req.Migrated) > 0 {

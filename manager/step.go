@@ -40,7 +40,7 @@ func (n *namespace) step(now time.Time) Output {
 	}
 	clear(n.dirty)
 	if changed || n.split {
-		n.table.Compact()
+		n.compactTable()
 	}
 	if changed || len(n.dirtyOwners) > 0 {
 		if c := n.publish(now); len(c.Changes) > 0 || c.ownersChanged() {
@@ -50,6 +50,19 @@ func (n *namespace) step(now time.Time) Output {
 	n.log.truncate(now, n.m.cfg.LogRetention)
 	out.Events, n.events, n.eventIdx = n.events, nil, nil
 	return out
+}
+
+// compactTable merges the lease table's equal neighbours, looking only
+// where it changed or was split since it was last compacted: comparing
+// every pair of neighbours was half of a one-arc step at R = 65536.
+func (n *namespace) compactTable() {
+	if n.oneArc {
+		n.table.Compact()
+	} else {
+		n.table.CompactNear(n.uncompacted, n.splitAt)
+	}
+	n.uncompacted, n.splitAt = n.uncompacted[:0], n.splitAt[:0]
+	n.oneArc = n.table.Len() == 1
 }
 
 // expire runs the timers due at now: sessions that ended, holds that ran
@@ -324,7 +337,10 @@ func (n *namespace) reconcile() {
 	}
 	before := n.table.Len()
 	n.table.SplitAll(xs)
-	n.split = n.split || n.table.Len() != before
+	if n.table.Len() != before {
+		n.split = true
+		n.splitAt = append(n.splitAt, xs...)
+	}
 	for _, r := range runs {
 		n.indicesIn(r, func(i int) { n.reconcileArc(i, d) })
 	}

@@ -88,8 +88,19 @@ func (n *namespace) publish(now time.Time) Commit {
 		pending = append(pending, c)
 	}
 	if len(sets) > 0 {
+		// Merged only around what changed: the view was compact before
+		// (unless it was one arc, whose end is arbitrary).
+		one := n.view.Len() == 1
 		n.view.SetAll(sets)
-		n.view.Compact()
+		if one {
+			n.view.Compact()
+		} else {
+			rs := make([]ring.Range, len(sets))
+			for i, a := range sets {
+				rs[i] = a.Range
+			}
+			n.view.CompactNear(rs, nil)
+		}
 	}
 	for _, c := range pending {
 		out.Changes = append(out.Changes, n.log.append(c, now))
