@@ -30,8 +30,15 @@ type leaderState struct {
 	batch Output
 }
 
-// maxBatch bounds the requests whose outputs are committed together.
-const maxBatch = 256
+// maxBatch bounds the requests whose outputs are committed together, and
+// maxBatchDelay how long the loop keeps adding to a batch: the first
+// request's answer waits for every step in its batch, and at R = 65536
+// under the race detector a step takes about a second, longer than an
+// owner waits for an answer before it resends.
+const (
+	maxBatch      = 256
+	maxBatchDelay = 5 * time.Millisecond
+)
 
 type streamKey struct{ ns, owner string }
 
@@ -114,10 +121,14 @@ func (l *leaderState) run() {
 		case <-l.quit:
 			return
 		case fn := <-l.in:
+			start := l.s.cfg.Clock.Now()
 			fn()
 			// Handle the requests already waiting before committing, so
 			// that their outputs share one raft entry.
 			for range maxBatch - 1 {
+				if l.s.cfg.Clock.Now().Sub(start) >= maxBatchDelay {
+					break
+				}
 				select {
 				case fn := <-l.in:
 					fn()
