@@ -38,6 +38,12 @@ func (h *history) NamespaceView(ns string, entries []lease.Entry, version uint64
 	h.LeaseTable.NamespaceView(ns, entries, version)
 }
 
+// NamespaceViewChanged sends the manager's views through NamespaceView,
+// which history overrides (the embedded table's would bypass it).
+func (h *history) NamespaceViewChanged(ns string, v lease.View, _ []ring.Range, version uint64) {
+	h.NamespaceView(ns, v.Entries(), version)
+}
+
 // granted reports whether some applied view gave the arc holding keyHash to
 // owner under gen. Generations are never reused per arc, so a match names
 // one grant.

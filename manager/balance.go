@@ -170,6 +170,8 @@ func (n *namespace) applyMoves(moves []VNodeMove, now time.Time) {
 		}
 		n.vnodes[mv.From] -= k
 		n.vnodes[mv.To] += k
+		n.ownerChanged(mv.From)
+		n.ownerChanged(mv.To)
 		moved += k
 	}
 	if moved == 0 {
@@ -180,7 +182,7 @@ func (n *namespace) applyMoves(moves []VNodeMove, now time.Time) {
 	b.stats.VNodesMoved += uint64(moved)
 	b.capture, b.pending = true, []ring.Range{}
 	b.unsafeStep = n.m.cfg.UnsafeBalanceNoRecall
-	n.membersChanged, n.ownersDirty = true, true
+	n.membersChanged = true
 }
 
 // vnodeCounts returns the desired ring's owners: names with the counts in

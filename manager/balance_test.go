@@ -102,7 +102,7 @@ func TestSeedsMovesThroughRecall(t *testing.T) {
 	if recalling == 0 {
 		t.Fatal("the move recalled nothing")
 	}
-	if len(out.Commits) == 0 || out.Commits[0].Owners == nil {
+	if len(out.Commits) == 0 || len(out.Commits[0].OwnerUpserts) == 0 {
 		t.Fatal("the move committed no owner records")
 	}
 	st := st0

@@ -240,7 +240,7 @@ func TestConvergeHarness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sameEntries(view, c.state.Entries) {
+	if !sameEntries(view, c.state.Entries.Entries()) {
 		t.Fatalf("replicated entries differ from the view:\n%v\n%v", c.state.Entries, view)
 	}
 	if !sameEntries(view, c.look.Entries()) {

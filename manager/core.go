@@ -184,7 +184,8 @@ func (m *Manager) Drain(ns, owner string, now time.Time) (Output, error) {
 		return Output{}, fmt.Errorf("%w: %q in %q", ErrUnknownOwner, owner, ns)
 	}
 	s.draining = true
-	n.membersChanged, n.ownersDirty = true, true
+	n.membersChanged = true
+	n.ownerChanged(owner)
 	return n.step(now), nil
 }
 

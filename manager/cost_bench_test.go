@@ -54,6 +54,29 @@ func BenchmarkRequest(b *testing.B) {
 				b.StartTimer()
 			}
 		})
+		b.Run(fmt.Sprintf("release/R=%d", r), func(b *testing.B) {
+			// One owner's request that releases one arc, which the same
+			// step grants back under a new generation (it is still the
+			// arc's desired owner) and commits: the manager's side of the
+			// smallest change, as each of the owners answering a join's
+			// recall makes one.
+			o := c.owners[ownerName(11)]
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				req := *o.Resend(c.now).Send
+				req.Held = req.Held[1:]
+				b.StartTimer()
+				out, err := c.m.Request(req, c.now)
+				b.StopTimer()
+				if err != nil || len(out.Commits) == 0 {
+					b.Fatalf("release: err %v, %d commits", err, len(out.Commits))
+				}
+				c.managerOut(out)
+				c.run(10 * time.Minute)
+				b.StartTimer()
+			}
+		})
 		b.Run(fmt.Sprintf("join/R=%d", r), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

@@ -3,6 +3,8 @@ package manager
 import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fuge-project/fuge/lease"
 )
 
 // dashCollector exports what the Grafana dashboard (deploy/grafana) shows
@@ -70,9 +72,9 @@ func (f *fsm) holdings() []holding {
 			idx[o.Name] = len(out)
 			out = append(out, holding{ns: name, owner: o.Name})
 		}
-		for _, e := range st.Entries {
+		st.Entries.Each(func(e lease.Entry) {
 			if e.Owner == "" {
-				continue
+				return
 			}
 			i, ok := idx[e.Owner]
 			if !ok {
@@ -82,7 +84,7 @@ func (f *fsm) holdings() []holding {
 			}
 			out[i].ranges++
 			out[i].share += e.Range.Share()
-		}
+		})
 	}
 	return out
 }

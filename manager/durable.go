@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -19,8 +20,23 @@ type Commit struct {
 	FromLSN   uint64         // LSN before the first change
 	Changes   []lease.Change // the lookups' view changes, LSNs FromLSN+1...
 	NextGen   lease.Gen      // the last generation made so far
-	Owners    []OwnerRecord  // the full owner list when it changed, else nil
-	At        time.Time      // the leader's clock, for truncating the log
+	// OwnerUpserts are the owner records that changed (added or
+	// replaced), sorted by name; OwnerRemovals the names whose records
+	// are gone, sorted. A step that changes one owner commits one record,
+	// not the list: a storm of N joins wrote O(N²) bytes through raft when
+	// every commit carried every record.
+	OwnerUpserts  []OwnerRecord `json:",omitempty"`
+	OwnerRemovals []string      `json:",omitempty"`
+	// Owners is the full owner list, as log entries written before owner
+	// deltas carry it (nil when the list did not change). It is still
+	// applied, before the deltas; nothing writes it any more.
+	Owners []OwnerRecord `json:",omitempty"`
+	At     time.Time     // the leader's clock, for truncating the log
+}
+
+// ownersChanged reports whether c changes the owner records.
+func (c Commit) ownersChanged() bool {
+	return c.Owners != nil || len(c.OwnerUpserts) > 0 || len(c.OwnerRemovals) > 0
 }
 
 // OwnerRecord is the durable part of an owner session.
@@ -53,7 +69,7 @@ type LoggedChange struct {
 type NamespaceState struct {
 	Config  NamespaceConfig
 	Owners  []OwnerRecord  // sorted by name
-	Entries []lease.Entry  // the lookups' view: every range, held or free
+	Entries lease.View     // the lookups' view: every range, held or free
 	NextGen lease.Gen      // the last generation made
 	LSN     uint64         // the last change's LSN
 	Log     []LoggedChange // changes within the retention, oldest first
@@ -66,34 +82,26 @@ func NewNamespaceState(nc NamespaceConfig, c Config) (NamespaceState, error) {
 	}
 	return NamespaceState{
 		Config:  nc,
-		Entries: []lease.Entry{{Range: ring.Full(), Gen: 1}},
+		Entries: lease.NewView([]lease.Entry{{Range: ring.Full(), Gen: 1}}),
 		NextGen: 1,
 	}, nil
 }
 
 // Apply folds a commit into the state. It is deterministic and reads no
-// clock: the retention is measured against c.At, the leader's time.
+// clock: the retention is measured against c.At, the leader's time. It
+// costs what the commit changes: O(changes · log entries) for the view
+// (lease.View shares what did not change, so a view handed out before is
+// never modified), O(owners) when the owner records changed.
 func (s *NamespaceState) Apply(c Commit, retention time.Duration) error {
 	if c.FromLSN != s.LSN {
 		return fmt.Errorf("%w: commit for %q from LSN %d, state at %d", ErrBadRequest, c.Namespace, c.FromLSN, s.LSN)
 	}
 	if len(c.Changes) > 0 {
-		// The entries, then the changes, in one SetAll: a partition and one
-		// step's clockwise changes are two merge passes, where a Set per
-		// change was quadratic in the table's size.
-		as := make([]ring.Assignment[viewVal], 0, len(s.Entries)+len(c.Changes))
-		as = appendAssignments(as, s.Entries)
+		s.Entries = s.Entries.With(c.Changes)
 		for _, ch := range c.Changes {
-			as = append(as, assignment(ch.Entry))
 			s.LSN = ch.LSN
 			s.Log = append(s.Log, LoggedChange{Change: ch, At: c.At})
 		}
-		t := ring.NewTable(viewVal{})
-		t.SetAll(as)
-		t.Compact()
-		// A new slice, never modified once set: the FSM hands it to its
-		// observer without a copy.
-		s.Entries = tableEntries(t)
 	}
 	k := 0
 	for k < len(s.Log) && c.At.Sub(s.Log[k].At) >= retention {
@@ -106,7 +114,52 @@ func (s *NamespaceState) Apply(c Commit, retention time.Duration) error {
 	if c.Owners != nil {
 		s.Owners = slices.Clone(c.Owners)
 	}
+	if len(c.OwnerUpserts) > 0 || len(c.OwnerRemovals) > 0 {
+		s.Owners = mergeOwners(s.Owners, c.OwnerUpserts, c.OwnerRemovals)
+	}
 	return nil
+}
+
+// mergeOwners returns the records of old (sorted by name) with the upserts
+// added or replacing theirs and the removed names dropped, sorted by name,
+// in a new slice. Upserts and removals may come in any order; a name both
+// upserted and removed is removed.
+func mergeOwners(old, upserts []OwnerRecord, removals []string) []OwnerRecord {
+	byName := func(a, b OwnerRecord) int { return cmp.Compare(a.Name, b.Name) }
+	if !slices.IsSortedFunc(upserts, byName) {
+		upserts = slices.Clone(upserts)
+		slices.SortStableFunc(upserts, byName)
+	}
+	if !slices.IsSorted(removals) {
+		removals = slices.Clone(removals)
+		slices.Sort(removals)
+	}
+	out := make([]OwnerRecord, 0, len(old)+len(upserts))
+	i, j := 0, 0
+	for i < len(old) || j < len(upserts) {
+		var r OwnerRecord
+		switch {
+		case j == len(upserts) || i < len(old) && old[i].Name < upserts[j].Name:
+			r = old[i]
+			i++
+		default:
+			if i < len(old) && old[i].Name == upserts[j].Name {
+				i++
+			}
+			r = upserts[j]
+			// Of several upserts of one name, the last wins.
+			for j+1 < len(upserts) && upserts[j+1].Name == r.Name {
+				j++
+				r = upserts[j]
+			}
+			j++
+			r.Retired = slices.Clone(r.Retired)
+		}
+		if _, gone := slices.BinarySearch(removals, r.Name); !gone {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // assignment is an entry's view value on its range.
@@ -122,14 +175,6 @@ func appendAssignments(as []ring.Assignment[viewVal], es []lease.Entry) []ring.A
 	return as
 }
 
-func tableEntries(t *ring.Table[viewVal]) []lease.Entry {
-	out := make([]lease.Entry, 0, t.Len())
-	t.Each(func(r ring.Range, v viewVal) {
-		out = append(out, lease.Entry{Range: r, Owner: v.Owner, Addr: v.Addr, Gen: v.Gen, MigratedFrom: v.From})
-	})
-	return out
-}
-
 // State exports a namespace's durable state from the live core.
 func (m *Manager) State(ns string) (NamespaceState, error) {
 	n, err := m.namespace(ns)
@@ -139,7 +184,7 @@ func (m *Manager) State(ns string) (NamespaceState, error) {
 	st := NamespaceState{
 		Config:  n.cfg,
 		Owners:  n.ownerRecords(),
-		Entries: n.entries(),
+		Entries: lease.NewView(n.entries()),
 		NextGen: n.nextGen,
 		LSN:     n.log.lsn,
 	}
@@ -152,11 +197,29 @@ func (m *Manager) State(ns string) (NamespaceState, error) {
 func (n *namespace) ownerRecords() []OwnerRecord {
 	out := []OwnerRecord{} // non-nil: an empty list is a change too
 	for _, name := range sortedKeys(n.sessions) {
-		s := n.sessions[name]
-		out = append(out, OwnerRecord{Name: name, Addr: s.addr, Nonce: s.nonce, Draining: s.draining,
-			Waiting: s.waiting, Retired: slices.Clone(n.retired[name]), VNodes: n.vnodes[name]})
+		out = append(out, n.ownerRecord(n.sessions[name]))
 	}
 	return out
+}
+
+func (n *namespace) ownerRecord(s *session) OwnerRecord {
+	return OwnerRecord{Name: s.name, Addr: s.addr, Nonce: s.nonce, Draining: s.draining,
+		Waiting: s.waiting, Retired: slices.Clone(n.retired[s.name]), VNodes: n.vnodes[s.name]}
+}
+
+// ownerDeltas returns the records of the owners marked changed, sorted by
+// name, and the marked names that no longer have a session, and clears
+// the marks.
+func (n *namespace) ownerDeltas() (upserts []OwnerRecord, removals []string) {
+	for _, name := range sortedKeys(n.dirtyOwners) {
+		if s := n.sessions[name]; s != nil {
+			upserts = append(upserts, n.ownerRecord(s))
+		} else {
+			removals = append(removals, name)
+		}
+	}
+	clear(n.dirtyOwners)
+	return upserts, removals
 }
 
 // Restore builds a lease core for a new leader from the replicated state.
@@ -200,9 +263,10 @@ func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, erro
 				n.vnodes[o.Name] = o.VNodes
 			}
 		}
-		arcs := make([]ring.Assignment[arc], 0, len(st.Entries))
+		entries := st.Entries.Entries()
+		arcs := make([]ring.Assignment[arc], 0, len(entries))
 		orphans := false
-		for _, e := range st.Entries {
+		for _, e := range entries {
 			a := arc{gen: e.Gen}
 			s := n.sessions[e.Owner]
 			switch {
@@ -225,6 +289,7 @@ func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, erro
 		n.table = ring.NewTable(arc{})
 		n.table.SetAll(arcs)
 		n.table.Compact()
+		n.oneArc = n.table.Len() == 1
 		n.table.Each(func(r ring.Range, a arc) {
 			if s := n.holderOf(a); s != nil {
 				s.mine.Set(r, true)
@@ -243,7 +308,7 @@ func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, erro
 		// good (sim seed 1843: a failover after balancing moves with
 		// migration), which Verify reported although lookups see the
 		// same owner, address, generation and migrated-from.
-		vs := appendAssignments(nil, st.Entries)
+		vs := appendAssignments(nil, entries)
 		for i := range vs {
 			vs[i].Value.clean = vs[i].Value.From != 0
 		}

@@ -342,7 +342,7 @@ func (f *fsm) noteNamespace(kind EventKind, ns string) {
 // before the commit applies; it costs O(owners) when the owner list
 // changed and O(changes · log entries) for the arcs.
 func (f *fsm) commitEvents(st *NamespaceState, cm Commit) []*hubItem {
-	if f.events == nil || (len(cm.Changes) == 0 && cm.Owners == nil) {
+	if f.events == nil || (len(cm.Changes) == 0 && !cm.ownersChanged()) {
 		return nil
 	}
 	lsn := st.LSN
@@ -353,7 +353,24 @@ func (f *fsm) commitEvents(st *NamespaceState, cm Commit) []*hubItem {
 		return &Event{At: cm.At, Kind: kind, Namespace: cm.Namespace, Owner: owner, LSN: lsn}
 	}
 	var items []*hubItem
-	if cm.Owners != nil {
+	owner := func(o OwnerRecord, p OwnerRecord, ok bool) {
+		switch {
+		case !ok:
+			e := ev(EventJoin, o.Name)
+			e.Detail = o.Addr
+			items = append(items, &hubItem{event: e})
+		case p.Nonce != o.Nonce:
+			e := ev(EventRestart, o.Name)
+			e.Detail = o.Addr
+			if o.Waiting {
+				e.Detail += "; waits until its predecessor's leases expire"
+			}
+			items = append(items, &hubItem{event: e})
+		case o.Draining && !p.Draining:
+			items = append(items, &hubItem{event: ev(EventDrain, o.Name)})
+		}
+	}
+	if cm.Owners != nil { // a log entry of before owner deltas: the whole list
 		old := make(map[string]OwnerRecord, len(st.Owners))
 		for _, o := range st.Owners {
 			old[o.Name] = o
@@ -361,23 +378,18 @@ func (f *fsm) commitEvents(st *NamespaceState, cm Commit) []*hubItem {
 		for _, o := range cm.Owners { // sorted by name
 			p, ok := old[o.Name]
 			delete(old, o.Name)
-			switch {
-			case !ok:
-				e := ev(EventJoin, o.Name)
-				e.Detail = o.Addr
-				items = append(items, &hubItem{event: e})
-			case p.Nonce != o.Nonce:
-				e := ev(EventRestart, o.Name)
-				e.Detail = o.Addr
-				if o.Waiting {
-					e.Detail += "; waits until its predecessor's leases expire"
-				}
-				items = append(items, &hubItem{event: e})
-			case o.Draining && !p.Draining:
-				items = append(items, &hubItem{event: ev(EventDrain, o.Name)})
-			}
+			owner(o, p, ok)
 		}
 		for _, name := range sortedKeys(old) {
+			items = append(items, &hubItem{event: ev(EventEnd, name)})
+		}
+	}
+	for _, o := range cm.OwnerUpserts { // sorted by name
+		p, ok := findOwner(st.Owners, o.Name)
+		owner(o, p, ok)
+	}
+	for _, name := range cm.OwnerRemovals {
+		if _, ok := findOwner(st.Owners, name); ok {
 			items = append(items, &hubItem{event: ev(EventEnd, name)})
 		}
 	}
@@ -388,14 +400,23 @@ func (f *fsm) commitEvents(st *NamespaceState, cm Commit) []*hubItem {
 	return items
 }
 
+// findOwner returns the record of name in os, sorted by name.
+func findOwner(os []OwnerRecord, name string) (OwnerRecord, bool) {
+	i, ok := slices.BinarySearchFunc(os, name, func(o OwnerRecord, name string) int { return cmp.Compare(o.Name, name) })
+	if !ok {
+		return OwnerRecord{}, false
+	}
+	return os[i], true
+}
+
 // changeEvents sums a commit's view changes against the entries before it:
 // per new holder and previous holder, the arcs granted (a new generation
 // under an owner); per previous holder, the arcs whose generation changed
 // without a clean migration (lookups notify loss of them). A free arc
 // granted again also makes lookups notify loss; the log names only losses
 // of what an owner held.
-func changeEvents(old []lease.Entry, cm Commit, ev func(EventKind, string) *Event) []*hubItem {
-	if len(cm.Changes) == 0 || len(old) == 0 {
+func changeEvents(old lease.View, cm Commit, ev func(EventKind, string) *Event) []*hubItem {
+	if len(cm.Changes) == 0 || old.Len() == 0 {
 		return nil
 	}
 	type key struct {
@@ -450,37 +471,39 @@ func changeEvents(old []lease.Entry, cm Commit, ev func(EventKind, string) *Even
 	return items
 }
 
-// eachOverlap calls fn with every entry of es (sorted by end, covering the
-// circle) that meets r, and the share of the key space they have in
-// common.
-func eachOverlap(es []lease.Entry, r ring.Range, fn func(e lease.Entry, share float64)) {
+// eachOverlap calls fn with every entry of v that meets r, and the share
+// of the key space they have in common: O(log n + entries met).
+func eachOverlap(v lease.View, r ring.Range, fn func(e lease.Entry, share float64)) {
 	if r.IsFull() {
-		for _, e := range es {
-			fn(e, e.Range.Share())
-		}
+		v.Each(func(e lease.Entry) { fn(e, e.Range.Share()) })
 		return
 	}
-	i, _ := slices.BinarySearchFunc(es, r.Start+1, func(e lease.Entry, h uint64) int { return cmp.Compare(e.Range.End, h) })
-	if i == len(es) {
-		i = 0
-	}
 	// In offsets from r.Start, r is (0, size] and each piece (lo, hi]; the
-	// entries' ends grow with k, but for the first one's, which r may
-	// reach again after going round (k == n).
-	size, n := r.End-r.Start, len(es)
-	for k := 0; k <= n; k++ {
-		e := es[(i+k)%n]
+	// entries' ends grow as the walk goes, but for the first one's, which
+	// r may reach again after going round.
+	size, k, done := r.End-r.Start, 0, false
+	var first lease.Entry
+	visit := func(e lease.Entry, again bool) bool {
 		lo, hi := uint64(0), e.Range.End-r.Start
 		if k > 0 {
 			lo = e.Range.Start - r.Start
 		}
-		last := e.Range.IsFull() || k == n || hi >= size
+		k++
+		last := e.Range.IsFull() || again || hi >= size
 		if last {
 			hi = size
 		}
 		fn(e, float64(hi-lo)/18446744073709551616.0)
-		if last {
-			return
+		done = last
+		return !last
+	}
+	v.Walk(r.Start+1, func(e lease.Entry) bool {
+		if k == 0 {
+			first = e
 		}
+		return visit(e, false)
+	})
+	if !done && k > 0 {
+		visit(first, true)
 	}
 }

@@ -142,7 +142,7 @@ func TestChangeEvents(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			mk := func(k EventKind, owner string) *Event { return &Event{Kind: k, Namespace: "ns", Owner: owner} }
-			items := changeEvents(old, Commit{Namespace: "ns", Changes: tc.changes}, mk)
+			items := changeEvents(lease.NewView(old), Commit{Namespace: "ns", Changes: tc.changes}, mk)
 			var got []want
 			for _, it := range items {
 				e := it.event
@@ -189,7 +189,7 @@ func TestEachOverlap(t *testing.T) {
 		}
 		var seen []string
 		total := 0.0
-		eachOverlap(es, r, func(e lease.Entry, sh float64) {
+		eachOverlap(lease.NewView(es), r, func(e lease.Entry, sh float64) {
 			seen = append(seen, e.Owner)
 			total += sh
 		})

@@ -102,7 +102,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 			}
 		}
 		for _, v := range views {
-			f.observer.NamespaceView(v.ns, v.entries, v.lsn)
+			f.notifyView(v)
 		}
 		if deleted != "" {
 			f.observer.NamespaceDeleted(deleted)
@@ -114,10 +114,23 @@ func (f *fsm) Apply(l *raft.Log) any {
 	return res
 }
 
+// viewNote is a namespace's view after an applied change; changed lists
+// the ranges the change set, nil when the whole view may have changed.
 type viewNote struct {
 	ns      string
-	entries []LookupEntry
+	view    lease.View
+	changed []ring.Range
 	lsn     uint64
+}
+
+// notifyView tells the observer of a view: with the ranges that changed
+// when it takes them (ViewObserver), else as the whole list of entries.
+func (f *fsm) notifyView(v viewNote) {
+	if vo, ok := f.observer.(ViewObserver); ok {
+		vo.NamespaceViewChanged(v.ns, v.view, v.changed, v.lsn)
+		return
+	}
+	f.observer.NamespaceView(v.ns, v.view.Entries(), v.lsn)
 }
 
 type ringNote struct {
@@ -144,7 +157,7 @@ func (f *fsm) ringNotes(c command, res any) []ringNote {
 		}
 	case "commit":
 		for _, cm := range c.Commits {
-			if cm.Owners != nil && !slices.Contains(names, cm.Namespace) {
+			if cm.ownersChanged() && !slices.Contains(names, cm.Namespace) {
 				names = append(names, cm.Namespace)
 			}
 		}
@@ -202,7 +215,7 @@ func (f *fsm) apply(c command) (res any, views []viewNote, deleted string) {
 		}
 		f.st.Namespaces[st.Config.Name] = &st
 		f.noteNamespace(EventCreate, st.Config.Name)
-		return nil, []viewNote{{st.Config.Name, slices.Clone(st.Entries), st.LSN}}, ""
+		return nil, []viewNote{{st.Config.Name, st.Entries, nil, st.LSN}}, ""
 	case "delete":
 		if _, ok := f.st.Namespaces[c.Name]; !ok {
 			return fmt.Errorf("%w: %q", ErrUnknownNamespace, c.Name), nil, ""
@@ -224,9 +237,13 @@ func (f *fsm) apply(c command) (res any, views []viewNote, deleted string) {
 			}
 			f.pending = append(f.pending, evs...)
 			if len(cm.Changes) > 0 {
-				// Apply made st.Entries anew and never modifies it: the
-				// observer shares it (a copy was 3.7 MB a commit at R = 65536).
-				views = append(views, viewNote{cm.Namespace, st.Entries, st.LSN})
+				// st.Entries is immutable (lease.View): the observer shares
+				// it (a copy was 3.7 MB a commit at R = 65536).
+				changed := make([]ring.Range, len(cm.Changes))
+				for i, ch := range cm.Changes {
+					changed[i] = ch.Entry.Range
+				}
+				views = append(views, viewNote{cm.Namespace, st.Entries, changed, st.LSN})
 			}
 		}
 		return nil, views, ""
@@ -264,7 +281,6 @@ func (f *fsm) states() []NamespaceState {
 	for _, name := range slices.Sorted(maps.Keys(f.st.Namespaces)) {
 		st := *f.st.Namespaces[name]
 		st.Owners = slices.Clone(st.Owners)
-		st.Entries = slices.Clone(st.Entries)
 		st.Log = slices.Clone(st.Log)
 		out = append(out, st)
 	}
@@ -338,7 +354,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 			}
 		}
 		for _, s := range states {
-			f.observer.NamespaceView(s.Config.Name, s.Entries, s.LSN)
+			f.notifyView(viewNote{s.Config.Name, s.Entries, nil, s.LSN})
 		}
 	}
 	return nil

@@ -41,7 +41,8 @@ func (n *namespace) migrationRequest(s *session, req lease.LeaseRequest) {
 	}
 	if req.Handover && !s.draining && !req.Leaving {
 		s.draining = true
-		n.membersChanged, n.ownersDirty = true, true
+		n.membersChanged = true
+		n.ownerChanged(s.name)
 	}
 }
 

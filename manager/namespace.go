@@ -122,7 +122,6 @@ type namespace struct {
 	membersChanged bool // the desired ring must be recomputed
 	changed        bool // an arc was freed or changed hands: reconcile and publish
 	split          bool // arcs were split to match an owner's ranges: compact
-	ownersDirty    bool // the owner records changed: commit them
 	table          *ring.Table[arc]
 	view           *ring.Table[viewVal]
 	nextGen        lease.Gen
@@ -131,6 +130,16 @@ type namespace struct {
 	seq            uint64    // last sequence number sent to any session: monotonic per peer even when a session is re-created
 	log            changeLog
 	dirty          map[string]bool // sessions to write to at the end of the step
+	// dirtyOwners names the owners whose records changed in this step:
+	// publish commits theirs (or their removal), not the whole list.
+	dirtyOwners map[string]bool
+	// Where the table may have neighbours to merge since it was last
+	// compacted: the ranges of the arcs changed and the points it was
+	// split at (compactTable looks only there); oneArc: it was one arc
+	// then, whose end is arbitrary.
+	uncompacted []ring.Range
+	splitAt     []uint64
+	oneArc      bool
 	// touched lists the ranges whose arcs changed in this step (or whose
 	// desired owner did): reconcile and publish look only there, so a step
 	// costs what it changes, not the size of the ring.
@@ -162,14 +171,20 @@ func newNamespace(m *Manager, nc NamespaceConfig, now time.Time) *namespace {
 		nextGen:  1,
 		dirty:    map[string]bool{},
 		vnodes:   map[string]int{},
+
+		dirtyOwners: map[string]bool{},
 	}
 	n.bal.policy = newPolicy(nc.Balance)
 	n.desired, _ = ring.New(nil)
 	n.table = ring.NewTable(arc{gen: 1})
+	n.oneArc = true
 	n.view = ring.NewTable(viewVal{Gen: 1})
 	n.log.init(now)
 	return n
 }
+
+// ownerChanged marks name's owner record for the next commit.
+func (n *namespace) ownerChanged(name string) { n.dirtyOwners[name] = true }
 
 func newSession(name, addr string, nonce uint64) *session {
 	return &session{name: name, addr: addr, nonce: nonce, mine: ring.NewTable(false)}
@@ -203,6 +218,7 @@ func (n *namespace) set(i int, a arc) {
 	r, _ := n.table.At(i)
 	n.table.SetValue(i, a)
 	n.touched = append(n.touched, r)
+	n.uncompacted = append(n.uncompacted, r)
 	os, ns := n.holderOf(old), n.holderOf(a)
 	if os != nil {
 		os.version++
@@ -291,7 +307,7 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 		} else {
 			n.membersChanged = true
 		}
-		n.ownersDirty = true
+		n.ownerChanged(req.Owner)
 		n.sessions[req.Owner] = s
 		if n.addrs[req.Owner] != req.Addr {
 			n.addrs[req.Owner] = req.Addr
@@ -381,6 +397,7 @@ func (n *namespace) replace(old, s *session) {
 			a.confirmed = true
 			n.table.SetValue(i, a)
 			n.touched = append(n.touched, r) // its address may change
+			n.uncompacted = append(n.uncompacted, r)
 			s.pending = append(s.pending, ring.Assignment[bool]{Range: r, Value: true})
 			s.version++
 			return
@@ -418,7 +435,8 @@ func (n *namespace) endWaits() {
 		}
 		s.waiting, s.orphanRanges = false, nil
 		n.waiting--
-		n.ownersDirty, n.changed = true, true
+		n.changed = true
+		n.ownerChanged(s.name)
 		// Its arcs of the desired ring may be granted now.
 		n.touchOwner(s.name)
 	}
@@ -447,7 +465,8 @@ func (n *namespace) anyOrphan(rs []ring.Range) bool {
 // its arcs expire as after a crash.
 func (n *namespace) leave(s *session) {
 	s.draining = true
-	n.membersChanged, n.ownersDirty = true, true
+	n.membersChanged = true
+	n.ownerChanged(s.name)
 	n.m.stats.Leaves++
 }
 
@@ -471,6 +490,9 @@ func (n *namespace) applyHeld(s *session, req lease.LeaseRequest) {
 		xs = append(xs, r.Start, r.End)
 	}
 	n.table.SplitAll(xs)
+	if n.table.Len() != arcs {
+		n.splitAt = append(n.splitAt, xs...)
+	}
 	held := byEnd(req.Held)
 	var mig []ring.Range
 	if len(req.Migrated) > 0 {

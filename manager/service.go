@@ -10,6 +10,7 @@ import (
 
 	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
 )
 
 // Errors of the manager service.
@@ -30,6 +31,21 @@ type Clock interface{ Now() time.Time }
 type Observer interface {
 	NamespaceView(ns string, entries []LookupEntry, version uint64)
 	NamespaceDeleted(ns string)
+}
+
+// ViewObserver is an Observer that takes a namespace's view as the
+// replicated state keeps it (lease.View, immutable) with the ranges that
+// changed, so that neither side handles the whole view per commit: at
+// R = 65536 a copy of it was 4 MB, and comparing it with the last one
+// 65,536 entries. The FSM calls NamespaceViewChanged instead of
+// NamespaceView when its observer implements it, at the same moments.
+// Changed lists the ranges the applied commit set (the view differs from
+// the previous call's only in them and in the merging of their
+// neighbours); nil means the whole view may have changed (a created
+// namespace, a restored snapshot).
+type ViewObserver interface {
+	Observer
+	NamespaceViewChanged(ns string, view lease.View, changed []ring.Range, version uint64)
 }
 
 // LookupEntry is one range of a namespace's lookup view (lease.Entry, named

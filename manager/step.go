@@ -40,16 +40,29 @@ func (n *namespace) step(now time.Time) Output {
 	}
 	clear(n.dirty)
 	if changed || n.split {
-		n.table.Compact()
+		n.compactTable()
 	}
-	if changed || n.ownersDirty {
-		if c := n.publish(now); len(c.Changes) > 0 || c.Owners != nil {
+	if changed || len(n.dirtyOwners) > 0 {
+		if c := n.publish(now); len(c.Changes) > 0 || c.ownersChanged() {
 			out.Commits = append(out.Commits, c)
 		}
 	}
 	n.log.truncate(now, n.m.cfg.LogRetention)
 	out.Events, n.events, n.eventIdx = n.events, nil, nil
 	return out
+}
+
+// compactTable merges the lease table's equal neighbours, looking only
+// where it changed or was split since it was last compacted: comparing
+// every pair of neighbours was half of a one-arc step at R = 65536.
+func (n *namespace) compactTable() {
+	if n.oneArc {
+		n.table.Compact()
+	} else {
+		n.table.CompactNear(n.uncompacted, n.splitAt)
+	}
+	n.uncompacted, n.splitAt = n.uncompacted[:0], n.splitAt[:0]
+	n.oneArc = n.table.Len() == 1
 }
 
 // expire runs the timers due at now: sessions that ended, holds that ran
@@ -135,7 +148,8 @@ func (n *namespace) endSession(s *session, now int64) {
 	}
 	delete(n.sessions, s.name)
 	delete(n.dirty, s.name)
-	n.membersChanged, n.ownersDirty = true, true
+	n.membersChanged = true
+	n.ownerChanged(s.name)
 	n.m.stats.SessionExpiries++
 }
 
@@ -232,11 +246,27 @@ func (n *namespace) desiredRing() *ring.Ring {
 		}
 	}
 	owners := vnodeCounts(names, n.vnodes, n.cfg.RingSize)
+	// The owners whose count changes (or who leave the ring) commit their
+	// records with it.
+	in := make(map[string]bool, len(owners))
+	for _, o := range owners {
+		in[o.Name] = true
+		if v, ok := n.vnodes[o.Name]; !ok || v != o.VNodes {
+			n.ownerChanged(o.Name)
+		}
+	}
+	for name := range n.vnodes {
+		if !in[name] {
+			n.ownerChanged(name)
+		}
+	}
 	clear(n.vnodes)
 	for _, o := range owners {
 		n.vnodes[o.Name] = o.VNodes
 	}
-	r, err := ring.New(owners)
+	// From the ring before: only the entries of counts that grew are
+	// hashed (ring.Ring.With).
+	r, err := n.desired.With(owners)
 	if err != nil {
 		panic("manager: ring: " + err.Error())
 	}
@@ -307,7 +337,10 @@ func (n *namespace) reconcile() {
 	}
 	before := n.table.Len()
 	n.table.SplitAll(xs)
-	n.split = n.split || n.table.Len() != before
+	if n.table.Len() != before {
+		n.split = true
+		n.splitAt = append(n.splitAt, xs...)
+	}
 	for _, r := range runs {
 		n.indicesIn(r, func(i int) { n.reconcileArc(i, d) })
 	}

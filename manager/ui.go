@@ -183,7 +183,7 @@ func (f *fsm) dashboard(withArcs bool) ([]dashNamespace, error) {
 		dn := dashNamespace{Name: name, RingSize: st.Config.RingSize, Header: st.Config.Header,
 			LeaseDuration: st.Config.LeaseDuration.String(), LSN: st.LSN, Owners: []dashOwner{}}
 		if withArcs {
-			for _, e := range st.Entries {
+			for _, e := range st.Entries.Entries() {
 				state := Granted
 				if e.Owner == "" {
 					state = Free

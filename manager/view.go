@@ -41,9 +41,8 @@ func (n *namespace) projection(a arc) viewVal {
 // updates it, and appends the differences to the change log.
 func (n *namespace) publish(now time.Time) Commit {
 	out := Commit{Namespace: n.cfg.Name, FromLSN: n.log.lsn, At: now}
-	if n.ownersDirty {
-		n.ownersDirty = false
-		out.Owners = n.ownerRecords()
+	if len(n.dirtyOwners) > 0 {
+		out.OwnerUpserts, out.OwnerRemovals = n.ownerDeltas()
 	}
 	type piece struct {
 		r       ring.Range
@@ -89,8 +88,19 @@ func (n *namespace) publish(now time.Time) Commit {
 		pending = append(pending, c)
 	}
 	if len(sets) > 0 {
+		// Merged only around what changed: the view was compact before
+		// (unless it was one arc, whose end is arbitrary).
+		one := n.view.Len() == 1
 		n.view.SetAll(sets)
-		n.view.Compact()
+		if one {
+			n.view.Compact()
+		} else {
+			rs := make([]ring.Range, len(sets))
+			for i, a := range sets {
+				rs[i] = a.Range
+			}
+			n.view.CompactNear(rs, nil)
+		}
 	}
 	for _, c := range pending {
 		out.Changes = append(out.Changes, n.log.append(c, now))

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/fuge-project/fuge/internal/fugetest"
+	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/manager"
 	"github.com/fuge-project/fuge/ownerguard"
+	"github.com/fuge-project/fuge/ring"
 	"github.com/fuge-project/fuge/xds"
 )
 
@@ -31,6 +33,12 @@ type beliefWatch struct {
 }
 
 var _ manager.RingObserver = (*beliefWatch)(nil)
+
+// NamespaceViewChanged sends the manager's views through NamespaceView,
+// which beliefWatch overrides (the embedded table's would bypass it).
+func (w *beliefWatch) NamespaceViewChanged(ns string, v lease.View, _ []ring.Range, version uint64) {
+	w.NamespaceView(ns, v.Entries(), version)
+}
 
 func (w *beliefWatch) NamespaceView(ns string, es []manager.LookupEntry, v uint64) {
 	if o := w.watched.Load(); o != nil {

@@ -62,23 +62,9 @@ func ValidRingSize(r int) bool { return r >= 1 && r <= MaxRingSize && r&(r-1) ==
 // without entries. Entries with equal hashes (a 2^-64 event) are ordered by
 // owner name and index so that the result does not depend on input order.
 func New(owners []Owner) (*Ring, error) {
-	own := slices.Clone(owners)
-	slices.SortFunc(own, func(a, b Owner) int { return strings.Compare(a.Name, b.Name) })
-	total := 0
-	for i, o := range own {
-		if o.Name == "" {
-			return nil, ErrEmptyName
-		}
-		if i > 0 && own[i-1].Name == o.Name {
-			return nil, fmt.Errorf("%w: %q", ErrDuplicateName, o.Name)
-		}
-		if o.VNodes < 0 {
-			return nil, fmt.Errorf("%w: %q has %d", ErrNegative, o.Name, o.VNodes)
-		}
-		if o.VNodes > MaxEntries || total+o.VNodes > MaxEntries {
-			return nil, fmt.Errorf("%w: more than %d", ErrTooMany, MaxEntries)
-		}
-		total += o.VNodes
+	own, total, err := sortedOwners(owners)
+	if err != nil {
+		return nil, err
 	}
 	entries := make([]Entry, 0, total)
 	var buf []byte
@@ -92,6 +78,30 @@ func New(owners []Owner) (*Ring, error) {
 		}
 	}
 	return build(own, entries), nil
+}
+
+// sortedOwners returns a copy of owners sorted by name, checked, and their
+// total count of entries.
+func sortedOwners(owners []Owner) ([]Owner, int, error) {
+	own := slices.Clone(owners)
+	slices.SortFunc(own, func(a, b Owner) int { return strings.Compare(a.Name, b.Name) })
+	total := 0
+	for i, o := range own {
+		if o.Name == "" {
+			return nil, 0, ErrEmptyName
+		}
+		if i > 0 && own[i-1].Name == o.Name {
+			return nil, 0, fmt.Errorf("%w: %q", ErrDuplicateName, o.Name)
+		}
+		if o.VNodes < 0 {
+			return nil, 0, fmt.Errorf("%w: %q has %d", ErrNegative, o.Name, o.VNodes)
+		}
+		if o.VNodes > MaxEntries || total+o.VNodes > MaxEntries {
+			return nil, 0, fmt.Errorf("%w: more than %d", ErrTooMany, MaxEntries)
+		}
+		total += o.VNodes
+	}
+	return own, total, nil
 }
 
 // build sorts entries into a ring over owners, which must be sorted by name.

@@ -67,6 +67,17 @@
 // cache update, and the others keep their version. A view that changes no
 // block sends nothing.
 //
+// The manager hands its views by change (NamespaceViewChanged, its
+// ViewObserver): its replicated view as an immutable lease.View, with the
+// ranges the commit set. Then only the blocks those ranges reach (on to the
+// end of the entry after each, whose start a change may move) are cut,
+// validated and compared; views coalesced meanwhile keep the union of
+// their ranges. The first view, a new block size, a view of one range and
+// more than 4,096 ranges between two flushes take the whole-view path. At
+// R = 65536 the whole view was 65,536 entries to validate and 4,096 blocks
+// to compare at every flush; a leave of one of 500 owners reaches about
+// 132 blocks.
+//
 // # Coalescing
 //
 // During a join storm the manager commits, and calls NamespaceView,

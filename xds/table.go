@@ -172,10 +172,15 @@ type ringNote struct {
 	version uint64
 }
 
-// view is a namespace's view as NamespaceView receives it. The entries are
-// the manager's and are never modified.
+// view is a namespace's view as NamespaceView or NamespaceViewChanged
+// receive it: entries, or lv with the spans where it may differ from the
+// view last published (all: anywhere). Both are the manager's and are
+// never modified.
 type view struct {
 	entries []lease.Entry
+	lv      *lease.View
+	spans   []span
+	all     bool
 	lsn     uint64
 }
 
@@ -234,7 +239,7 @@ func (t *LeaseTable) NamespaceView(ns string, entries []lease.Entry, version uin
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	sp := t.spaceLocked(ns)
-	sp.pending = &view{entries: entries, lsn: version}
+	sp.pending = &view{entries: entries, all: true, lsn: version}
 	t.scheduleLocked(ns, sp, !sp.live)
 }
 
@@ -300,7 +305,18 @@ func (t *LeaseTable) flushLocked(ns string, sp *space) {
 		return
 	}
 	sp.flushed = t.clock.Now()
-	if v != nil {
+	switch {
+	case v != nil && v.lv != nil && !v.all && sp.live && v.lsn > sp.lsn && sp.bits == sp.bitsFor(v.lv.Len()) && !sp.whole():
+		t.publishSpansLocked(ns, sp, v)
+	case v != nil && v.lv != nil:
+		es := v.lv.Entries()
+		if err := ValidateView(ns, es); err != nil {
+			t.badViews.Add(1)
+			t.log.Error("refusing namespace view", "ns", ns, "version", v.lsn, "err", err)
+			return
+		}
+		t.publishViewLocked(ns, sp, &view{entries: es, lsn: v.lsn})
+	case v != nil:
 		t.publishViewLocked(ns, sp, v)
 	}
 	if r != nil {
@@ -377,6 +393,13 @@ func (t *LeaseTable) publishViewLocked(ns string, sp *space, v *view) {
 	// Even a view that changes no block advances the cache's version: a
 	// Lookup that moved here from a node ahead waits for it (atLeast).
 	sp.caches[ArcBlockTypeURL].update(version, set, del)
+}
+
+// whole reports whether the view last published was one range, the whole
+// circle: the spans of a change are measured in the new view, and from one
+// range they may not reach the block that range was published in.
+func (sp *space) whole() bool {
+	return len(sp.blocks) > 0 && len(sp.blocks[0]) == 1 && sp.blocks[0][0].Range.IsFull()
 }
 
 // bitsFor is the block bit count for a view of n arcs: the ring size's
@@ -499,19 +522,8 @@ func ValidateView(ns string, entries []lease.Entry) error {
 	if n == 0 || n > ring.MaxRingSize {
 		return fmt.Errorf("%w: %d entries", ErrInvalidView, n)
 	}
-	for _, e := range entries {
-		if e.Gen == 0 {
-			return fmt.Errorf("%w: %v has generation 0", ErrInvalidView, e.Range)
-		}
-		if !utf8.ValidString(e.Owner) || !utf8.ValidString(e.Addr) {
-			return fmt.Errorf("%w: %v has an owner or address that is not UTF-8", ErrInvalidView, e.Range)
-		}
-		// wire.EntryFrom's rule, checked here without building the
-		// message: views of thousands of arcs come hundreds of times a
-		// second during a join storm.
-		if e.Owner != "" && e.Addr == "" {
-			return fmt.Errorf("%w: %v held by %q without an address", ErrInvalidView, e.Range, e.Owner)
-		}
+	if err := validEntries(entries); err != nil {
+		return err
 	}
 	if n == 1 {
 		if !entries[0].Range.IsFull() {
@@ -537,6 +549,26 @@ func ValidateView(ns string, entries []lease.Entry) error {
 			return fmt.Errorf("%w: two ranges end at %016x", ErrInvalidView, r.End)
 		case r.Start != prev.End:
 			return fmt.Errorf("%w: %v does not follow %v", ErrInvalidView, r, prev)
+		}
+	}
+	return nil
+}
+
+// validEntries checks that entries are valid arcs: a nonzero generation,
+// an address for an owned range, UTF-8 names.
+func validEntries(entries []lease.Entry) error {
+	for _, e := range entries {
+		if e.Gen == 0 {
+			return fmt.Errorf("%w: %v has generation 0", ErrInvalidView, e.Range)
+		}
+		if !utf8.ValidString(e.Owner) || !utf8.ValidString(e.Addr) {
+			return fmt.Errorf("%w: %v has an owner or address that is not UTF-8", ErrInvalidView, e.Range)
+		}
+		// wire.EntryFrom's rule, checked here without building the
+		// message: views of thousands of arcs come hundreds of times a
+		// second during a join storm.
+		if e.Owner != "" && e.Addr == "" {
+			return fmt.Errorf("%w: %v held by %q without an address", ErrInvalidView, e.Range, e.Owner)
 		}
 	}
 	return nil
