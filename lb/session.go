@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -319,6 +320,14 @@ func (s *session) onBlocks(c *conn, resp *discovery.DeltaDiscoveryResponse) {
 
 	if lsn, err := strconv.ParseUint(resp.GetSystemVersionInfo(), 10, 64); err == nil {
 		s.l.servedLSN.Store(lsn)
+	}
+	if strings.HasSuffix(resp.GetSystemVersionInfo(), wire.MorePartsSuffix) {
+		// A part of a larger answer (a whole table at a large ring
+		// size): the rest follows on this stream, and the table is
+		// judged, and applied, at the last part, so that it is applied
+		// at one version.
+		s.l.log.Debug("part of an answer; the rest follows", "manager", c.addr, "blocks", len(u.set))
+		return
 	}
 	entries, err := tableOf(s.names, s.held, u.arena)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -61,10 +62,35 @@ func TestBlocksSizedByRing(t *testing.T) {
 	v1 := evenArcs(R)
 	lt.NamespaceView("ns", v1, 1)
 	c := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
-	got, full := sizedBlocks(t, c.recv(), "ns", bits)
-	if len(got) != 1<<bits {
-		t.Fatalf("first response: %d blocks, want %d", len(got), 1<<bits)
+	// The whole table, about 3.6 MB, comes in parts of at most
+	// wire.MaxLookupResponseBytes, all but the last marked.
+	got, full, parts := map[uint32][]lease.Entry{}, 0, 0
+	for {
+		resp := c.recv()
+		part, size := sizedBlocks(t, resp, "ns", bits)
+		parts++
+		full += size
+		if size > wire.MaxLookupResponseBytes+4<<10 {
+			t.Fatalf("part %d: %d bytes, over %d", parts, size, wire.MaxLookupResponseBytes)
+		}
+		for b, es := range part {
+			if _, dup := got[b]; dup {
+				t.Fatalf("block %d sent twice", b)
+			}
+			got[b] = es
+		}
+		more := strings.HasSuffix(resp.SystemVersionInfo, wire.MorePartsSuffix)
+		if v := strings.TrimSuffix(resp.SystemVersionInfo, wire.MorePartsSuffix); v != "1" {
+			t.Fatalf("part %d of version %q, want 1", parts, resp.SystemVersionInfo)
+		}
+		if !more {
+			break
+		}
 	}
+	if len(got) != 1<<bits || parts < full/wire.MaxLookupResponseBytes {
+		t.Fatalf("first answer: %d blocks in %d parts (%d bytes), want %d blocks in at least %d parts", len(got), parts, full, 1<<bits, full/wire.MaxLookupResponseBytes)
+	}
+	t.Logf("whole table in %d parts", parts)
 	for b, es := range got {
 		if len(es) != R>>bits {
 			t.Fatalf("block %d holds %d arcs, want %d", b, len(es), R>>bits)

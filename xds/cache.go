@@ -15,6 +15,8 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/fuge-project/fuge/api/wire"
 )
 
 // resource is one published resource at one version, marshaled once into
@@ -459,7 +461,9 @@ func (w deltaWatch) answer(c *typeCache, force bool) bool {
 		out.returned = c.wildcardVersions()
 		w.lookup.returned = out.returned
 		w.lookup.epoch = c.epoch
-		w.deliver(out)
+		for _, part := range c.splitLookup(out) {
+			w.deliver(part)
+		}
 		return true
 	}
 	out.returned = maps.Clone(w.sub.ReturnedResources())
@@ -474,6 +478,48 @@ func (w deltaWatch) answer(c *typeCache, force bool) bool {
 	}
 	w.out <- out
 	return true
+}
+
+// splitLookup cuts a Lookup stream's response into parts of at most
+// wire.MaxLookupResponseBytes of resources each (a resource larger than
+// that alone in its part), in order: see wire.MorePartsSuffix.
+func (c *typeCache) splitLookup(out *deltaResponse) []*deltaResponse {
+	rs := out.resp.Resources
+	size := 0
+	for _, r := range rs {
+		size += c.wireSize(r)
+	}
+	if size <= wire.MaxLookupResponseBytes {
+		return []*deltaResponse{out}
+	}
+	var parts []*deltaResponse
+	for len(rs) > 0 {
+		n, size := 0, 0
+		for n < len(rs) && (n == 0 || size+c.wireSize(rs[n]) <= wire.MaxLookupResponseBytes) {
+			size += c.wireSize(rs[n])
+			n++
+		}
+		part := &deltaResponse{req: out.req, returned: out.returned, resp: &discovery.DeltaDiscoveryResponse{
+			SystemVersionInfo: out.resp.SystemVersionInfo + wire.MorePartsSuffix,
+			TypeUrl:           out.resp.TypeUrl,
+			Resources:         rs[:n:n],
+		}}
+		parts = append(parts, part)
+		rs = rs[n:]
+	}
+	last := parts[len(parts)-1].resp
+	last.SystemVersionInfo = out.resp.SystemVersionInfo
+	last.RemovedResources = out.resp.RemovedResources
+	return parts
+}
+
+// wireSize is about the bytes r takes in a delta response: exact for a
+// framed resource, within a few bytes for the others.
+func (c *typeCache) wireSize(r *discovery.Resource) int {
+	if res := c.res[r.GetName()]; res != nil && res.delta == r && res.framed != nil {
+		return len(res.framed)
+	}
+	return proto.Size(r) + 8
 }
 
 // sotwResponse is a state-of-the-world response built by a typeCache. Each

@@ -277,6 +277,19 @@ const (
 	ClientLookup  = "lookup"
 )
 
+// A Lookup stream's answer larger than MaxLookupResponseBytes of resources
+// (a whole table: about 4 MB at R = 65536) is sent in parts of at most
+// that size, well below gRPC's 4 MiB default on either side, so that no
+// ring size makes a message too large to send or to receive. Every part
+// but the last carries the response's system_version_info with
+// MorePartsSuffix after it: the Lookup waits for the rest before it judges
+// whether its table is whole. The last part carries the version alone, and
+// the removals.
+const (
+	MaxLookupResponseBytes = 1 << 20
+	MorePartsSuffix        = "+"
+)
+
 // The lease table is served over xDS (fuge.v1.ArcBlock) cut into 2^bits
 // blocks by the top bits of each arc's end, bits chosen from the ring size
 // R so that a block holds about 16 arcs: a change of a few arcs re-sends a
