@@ -118,6 +118,11 @@ func main() {
 		if err != nil || r < 1 || r&(r-1) != 0 {
 			log.Fatalf("-ring %q: want powers of two", *rings)
 		}
+		if r < *owners {
+			// Σ V_h = R and every owner needs V_h ≥ 1: the manager admits
+			// at most R sessions to a namespace (ErrNamespaceFull).
+			log.Fatalf("-ring %d: %d owners need a ring of at least as many entries (the manager admits at most R owners to a namespace)", r, *owners)
+		}
 		rs = append(rs, r)
 	}
 	if len(rs) == 0 {
