@@ -90,6 +90,9 @@ type Core struct {
 
 	resendPending bool  // a race re-send is scheduled
 	resendAt      int64 // when it is due
+	// races counts the race re-sends scheduled since a response was last
+	// accepted: each doubles the backoff window (backoff).
+	races int
 
 	refused []lease.Lease // refused since the last request
 	mig     migState      // core_migrate.go
@@ -192,15 +195,27 @@ func (c *Core) Step(resp lease.LeaseResponse, now time.Time) Output {
 		if !c.resendPending {
 			c.resendPending = true
 			c.resendAt = now.UnixNano() + int64(c.backoff())
+			c.races++
 		}
 		return Output{}
 	}
 	return c.accept(resp, now)
 }
 
-// backoff draws a delay uniformly from [RaceBackoffMin, RaceBackoffMax].
+// backoff draws a delay uniformly from [RaceBackoffMin, hi], where hi is
+// RaceBackoffMax doubled for every race re-send since a response was last
+// accepted, up to half the renew interval (never below RaceBackoffMax).
+// The manager re-sends after a racing request as this Core does after a
+// racing response; when both sides' messages take longer than the window
+// (a manager answering 14,000-lease requests under load), fixed windows
+// keep the two crossing, every response dropped, until the leases lapse.
+// Widening the owner's window lets the manager's re-send arrive while the
+// owner waits, as binary exponential backoff resolves any such contention.
 func (c *Core) backoff() time.Duration {
 	lo, hi := c.cfg.RaceBackoffMin, c.cfg.RaceBackoffMax
+	if ceil := max(hi, c.cfg.RenewInterval/2); c.races > 0 {
+		hi = min(hi<<min(c.races, 16), ceil)
+	}
 	if hi <= lo {
 		return lo
 	}
@@ -211,7 +226,7 @@ func (c *Core) backoff() time.Duration {
 func (c *Core) accept(resp lease.LeaseResponse, now time.Time) Output {
 	n := now.UnixNano()
 	c.stats.Accepted++
-	c.resendPending = false
+	c.resendPending, c.races = false, 0
 	exp := c.sentAt + int64(c.cfg.LeaseDuration)
 	live := exp > n
 

@@ -273,6 +273,48 @@ func TestRaceBackoffIsUniform(t *testing.T) {
 	}
 }
 
+// TestRaceBackoffWidens checks that the re-send window doubles with each
+// racing response dropped since the last accepted one, up to half the
+// renew interval, and is back to [T/600, T/60] once one is accepted: with a
+// fixed window, a manager slower than the window kept crossing the owner's
+// re-sends with its own, and every response was dropped until the leases
+// lapsed (TestXDSConformance at R = 65536 under load).
+func TestRaceBackoffWidens(t *testing.T) {
+	const lo, hi, ceil = testT / 600, testT / 60, testT / 8
+	for seed := range uint64(16) {
+		c, m, _ := granted(t, func(c *CoreConfig) { c.Rand = rand.New(rand.NewPCG(seed, 7)) }, leaseA)
+		now := 2 * time.Second
+		widest := time.Duration(0)
+		for k := range 8 {
+			c.Step(m.push(1, nil, nil), at(now)) // acknowledges request 1: racing
+			d := c.NextDeadline().Sub(at(now))
+			window := min(hi<<k, ceil)
+			if d < lo || d > window {
+				t.Fatalf("seed %d, race %d: backoff %v outside [%v, %v]", seed, k+1, d, lo, window)
+			}
+			widest = max(widest, d)
+			now += d
+			if c.Tick(at(now)).Send == nil {
+				t.Fatalf("seed %d, race %d: no re-send when due", seed, k+1)
+			}
+		}
+		if widest <= hi {
+			t.Errorf("seed %d: 8 races in a row, every backoff within the first window %v (widest %v)", seed, hi, widest)
+		}
+		// An accepted response resets the window.
+		resend := c.Tick(at(now + testT/4)).Send
+		if resend == nil {
+			t.Fatalf("seed %d: no periodic request", seed)
+		}
+		now += testT / 4
+		c.Step(m.reply(resend, []lease.Lease{leaseA}, nil), at(now))
+		c.Step(m.push(1, nil, nil), at(now))
+		if d := c.NextDeadline().Sub(at(now)); d < lo || d > hi {
+			t.Errorf("seed %d: backoff after an accepted response %v, want within [%v, %v]", seed, d, lo, hi)
+		}
+	}
+}
+
 func TestDisableRaceFilter(t *testing.T) {
 	off := func(c *CoreConfig) { c.DisableRaceFilter = true }
 	c, m, _ := granted(t, off, leaseA)

@@ -36,7 +36,11 @@
 // racing, because it was written before the manager saw what the owner now
 // holds; its sequence number is still recorded, and a fresh request, which
 // acknowledges it, is sent after a random backoff unless a response is
-// accepted first. A response addressed to another incarnation is dropped.
+// accepted first. The backoff's window doubles with each such re-send until
+// a response is accepted (binary exponential backoff, up to half the renew
+// interval): the manager re-sends after a racing request too, and when
+// messages take longer than a fixed window both sides' re-sends keep
+// crossing. A response addressed to another incarnation is dropped.
 // Accepting only responses to the latest request is also what makes "T after
 // the latest send" a safe start for the lease clock.
 //
