@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -104,13 +105,18 @@ func xdsConformance(t *testing.T, r int) {
 		hashes[i] = ring.HashString(keys[i])
 	}
 	glog := newGrantLog(hashes)
-	// At R=65536 under the race detector one step of the manager's lease
-	// core takes about a second; with the default T of 2 s the owners'
-	// response timeouts (a fraction of T) then fire before it answers,
-	// they reconnect, and the table never settles. T scales every timer.
+	// At R=65536 each of three owners holds about 14,500 leases (arcs of
+	// one owner are rarely adjacent), and every request and response lists
+	// them all. Under the race detector, on two cores shared with the
+	// other packages' tests, marshalling one such message takes hundreds of
+	// milliseconds (45% of the CPU in a profile) and the manager's answers
+	// came 5 to 23 s late: with T = 10 s the owners' response timeouts (T/2)
+	// fired, they reconnected, leases lapsed and were regranted, and the
+	// table did not settle in 2 minutes. T scales every timer of the
+	// protocol, so a larger T is the same protocol run slower.
 	leaseT := 2 * time.Second
 	if r > 4096 {
-		leaseT = 10 * time.Second
+		leaseT = 30 * time.Second
 	}
 	m := fugetest.StartManager(t, fugetest.Options{RingSize: r, T: leaseT, Observer: func(lt *xds.LeaseTable) manager.Observer {
 		glog.inner = lt
@@ -205,6 +211,7 @@ func (x *xdsRun) converge(owners []string) ([]lease.Entry, time.Duration) {
 	var settled time.Duration
 	var checked uint64 // the table last compared with the desired ring
 	matched := false
+	nextReport := start.Add(15 * time.Second)
 	for {
 		view, d, seq, changed := x.glog.snapshot()
 		if seq != checked {
@@ -226,15 +233,24 @@ func (x *xdsRun) converge(owners []string) ([]lease.Entry, time.Duration) {
 				continue
 			}
 		}
+		report := time.Now().After(nextReport)
+		if !matched && (report || time.Now().After(deadline)) {
+			why = describeMismatch(view, d)
+		}
 		if time.Now().After(deadline) {
-			if !matched {
-				why = describeMismatch(view, d)
-			}
-			x.t.Fatalf("no convergence on owners %v within %v: %s", owners, xdsConverge, why)
+			x.t.Fatalf("no convergence on owners %v within %v: %s; %s", owners, xdsConverge, why, x.ownerStats())
+		}
+		// A slow convergence says where it stands, so that a run that
+		// fails at the deadline shows how it got there.
+		if report {
+			x.t.Logf("converging on %v for %v: %s; %s", owners, time.Since(start).Round(time.Second), why, x.ownerStats())
+			nextReport = time.Now().Add(15 * time.Second)
 		}
 		select {
 		case <-changed:
-		case <-time.After(20 * time.Millisecond): // poll the client's routing
+		// Poll the owners' views and the client's routing: ownersHold reads
+		// every arc of the table (65,536 at R = 65536), so not too often.
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
@@ -249,7 +265,7 @@ func (x *xdsRun) ownersHold(view []lease.Entry) string {
 			return "the table names an unknown owner " + e.Owner
 		}
 		if h, ok := s.owner.GetOwnershipHandle(e.Range.End); !ok || h.Gen != e.Gen {
-			return fmt.Sprintf("owner %s does not hold arc %v under generation %d yet", e.Owner, e.Range, e.Gen)
+			return fmt.Sprintf("owner %s does not hold arc %v under generation %d yet (%s)", e.Owner, e.Range, e.Gen, ownerState(s.owner, e.Range.End))
 		}
 	}
 	return ""
@@ -416,4 +432,34 @@ func describeMismatch(view []lease.Entry, d *ring.Ring) string {
 		want = append(want, fmt.Sprintf("%s:%d", o.Name, o.VNodes))
 	}
 	return fmt.Sprintf("the lease table (%d arcs, %d free, %d held by another owner than the desired one; arcs per owner %v) is not on the desired ring %v", len(view), free, wrong, held, want)
+}
+
+// ownerState says what an Owner holds at hash h, for a failure message:
+// the lease there under its own view (expired or not) and how many it holds.
+func ownerState(o *ownerguard.Owner, h uint64) string {
+	v := o.View()
+	now := time.Now()
+	held := v.Held(now)
+	if held == nil {
+		return "its view has expired or holds nothing"
+	}
+	for _, l := range held {
+		if l.Range.Contains(h) {
+			return fmt.Sprintf("it holds %v under generation %d among %d leases", l.Range, l.Gen, len(held))
+		}
+	}
+	return fmt.Sprintf("it holds %d leases, none containing the arc's end", len(held))
+}
+
+// ownerStats lists each running owner's session counters, for a log line.
+func (x *xdsRun) ownerStats() string {
+	names := slices.Sorted(maps.Keys(x.servers))
+	var b strings.Builder
+	for _, n := range names {
+		st := x.servers[n].owner.Stats()
+		fmt.Fprintf(&b, "%s: %d leases, req %d resp %d stalls %d reconnects %d last wait %v, core sent %d accepted %d stale %d racing %d refused %d; ",
+			n, len(x.servers[n].owner.Held()), st.Requests, st.Responses, st.Stalls, st.Reconnects, st.LastWait.Round(time.Millisecond),
+			st.Core.Sent, st.Core.Accepted, st.Core.DroppedStale, st.Core.DroppedRacing, st.Core.Refused)
+	}
+	return strings.TrimSuffix(b.String(), "; ")
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -179,23 +180,82 @@ type ringObserver interface {
 type grantLog struct {
 	inner  *xds.LeaseTable
 	hashes []uint64 // the test keys' hashes
+	byHash []int    // indices of hashes, by hash
 
 	mu      sync.Mutex
 	granted []map[answer]bool // per key
-	view    []lease.Entry     // the latest lease table, in ring order
+	view    []lease.Entry     // the latest lease table, in ring order; nil until asked for lv's
+	lv      lease.View        // the latest lease table as the manager handed it over
 	desired *ring.Ring        // the latest desired ring
 	seq     uint64            // counts views and rings
 	changed chan struct{}     // closed and replaced at every view or ring
 }
 
-var _ manager.Observer = (*grantLog)(nil)
+var _ manager.ViewObserver = (*grantLog)(nil)
 
 func newGrantLog(hashes []uint64) *grantLog {
 	g := &grantLog{hashes: hashes, granted: make([]map[answer]bool, len(hashes)), changed: make(chan struct{})}
 	for i := range g.granted {
 		g.granted[i] = map[answer]bool{}
 	}
+	g.byHash = make([]int, len(hashes))
+	for i := range g.byHash {
+		g.byHash[i] = i
+	}
+	slices.SortFunc(g.byHash, func(a, b int) int { return cmp.Compare(hashes[a], hashes[b]) })
 	return g
+}
+
+// NamespaceViewChanged records the view as the manager's FSM hands it to
+// the lease table in production (manager.ViewObserver): by the ranges a
+// commit changed, without listing the whole table. Taking the whole list
+// instead (NamespaceView) made every commit at R = 65536 copy and walk
+// 65,536 entries inside raft's apply, seconds under the race detector,
+// and the owners' renewals then raced their own resends for minutes.
+func (g *grantLog) NamespaceViewChanged(ns string, lv lease.View, changed []ring.Range, v uint64) {
+	g.mu.Lock()
+	note := func(i int) {
+		if e, ok := lv.Lookup(g.hashes[i]); ok && e.Owner != "" {
+			g.granted[i][answer{e.Owner, e.Gen}] = true
+		}
+	}
+	if changed == nil {
+		for i := range g.hashes {
+			note(i)
+		}
+	}
+	for _, r := range changed {
+		g.eachIn(r, note)
+	}
+	g.lv, g.view = lv, nil
+	g.bumpLocked()
+	g.mu.Unlock()
+	g.inner.NamespaceViewChanged(ns, lv, changed, v)
+}
+
+// eachIn calls fn with the index of every test key whose hash r contains.
+func (g *grantLog) eachIn(r ring.Range, fn func(i int)) {
+	if r.IsFull() {
+		for i := range g.hashes {
+			fn(i)
+		}
+		return
+	}
+	// (Start, End], or (Start, max] and [0, End] when it wraps past zero.
+	span := func(lo, hi uint64, loOpen bool) {
+		k, _ := slices.BinarySearchFunc(g.byHash, lo, func(i int, h uint64) int { return cmp.Compare(g.hashes[i], h) })
+		for ; k < len(g.byHash) && g.hashes[g.byHash[k]] <= hi; k++ {
+			if h := g.hashes[g.byHash[k]]; !loOpen || h != lo {
+				fn(g.byHash[k])
+			}
+		}
+	}
+	if r.Start < r.End {
+		span(r.Start, r.End, true)
+		return
+	}
+	span(r.Start, ^uint64(0), true)
+	span(0, r.End, false)
 }
 
 func (g *grantLog) NamespaceView(ns string, es []lease.Entry, v uint64) {
@@ -205,7 +265,7 @@ func (g *grantLog) NamespaceView(ns string, es []lease.Entry, v uint64) {
 			g.granted[i][answer{e.Owner, e.Gen}] = true
 		}
 	}
-	g.view = slices.Clone(es)
+	g.view, g.lv = slices.Clone(es), lease.View{}
 	g.bumpLocked()
 	g.mu.Unlock()
 	g.inner.NamespaceView(ns, es, v)
@@ -252,6 +312,9 @@ func (g *grantLog) wasGranted(i int, a answer) bool {
 func (g *grantLog) snapshot() ([]lease.Entry, *ring.Ring, uint64, <-chan struct{}) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.view == nil && g.lv.Len() > 0 {
+		g.view = g.lv.Entries() // once per change, outside the manager's apply
+	}
 	return g.view, g.desired, g.seq, g.changed
 }
 
