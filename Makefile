@@ -5,7 +5,7 @@
 
 FUZZTIME ?= 60s ## time each fuzz target runs (make fuzz)
 BENCH    ?= .   ## regexp selecting Go benchmarks (make bench-go)
-QUICK    ?=     ## 1: one pair of each, short runs, no managerscale (make bench)
+QUICK    ?=     ## 1: one pair of each, short runs, no managerscale, balancing or rate-limit run (make bench)
 SEEDS    ?= 200 ## number of simulator seeds (make sim)
 FIRST    ?=     ## first simulator seed; the simulator's default is 1 (make sim)
 SEED     ?=     ## replay this one simulator seed, verbosely (make sim)
