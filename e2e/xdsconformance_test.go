@@ -107,9 +107,9 @@ func xdsConformance(t *testing.T, r int) {
 	glog := newGrantLog(hashes)
 	// At R=65536 each of three owners holds about 14,500 leases (arcs of
 	// one owner are rarely adjacent), and every request and response lists
-	// them all. Under the race detector, on two cores shared with the
-	// other packages' tests, marshalling one such message takes hundreds of
-	// milliseconds (45% of the CPU in a profile) and the manager's answers
+	// them all. Under the race detector the test saturates two cores
+	// (1.6 of them in a profile; protobuf's encoding and decoding of
+	// those messages the largest part, 12%), and the manager's answers
 	// came 5 to 23 s late: with T = 10 s the owners' response timeouts (T/2)
 	// fired, they reconnected, leases lapsed and were regranted, and the
 	// table did not settle in 2 minutes. T scales every timer of the
