@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fuge-project/fuge/fugetls"
+	"github.com/fuge-project/fuge/internal/fugetest"
 )
 
 // testCerts is a certificate directory as fugectl certs init writes it,
@@ -175,17 +175,9 @@ func fugectl(t *testing.T, env map[string]string, args ...string) (code int, std
 	return code, out.String(), errOut.String()
 }
 
-// refusedAddr returns a 127.0.0.1 address where nothing listens.
-func refusedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
+// refusedAddr returns a 127.0.0.1 address that refuses connections for
+// the rest of the test (fugetest.RefusedAddr).
+func refusedAddr(t *testing.T) string { return fugetest.RefusedAddr(t) }
 
 func TestTables(t *testing.T) {
 	m := newFakeManager(t, cannedAPI())

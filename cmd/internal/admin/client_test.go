@@ -5,13 +5,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fuge-project/fuge/internal/fugetest"
 )
 
 // defaultTestTimeout bounds each call; a call that hangs fails the test.
@@ -56,15 +57,9 @@ func hangUp(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func refusedAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
+// refusedAddr returns a 127.0.0.1 address that refuses connections for
+// the rest of the test (fugetest.RefusedAddr).
+func refusedAddr(t *testing.T) string { return fugetest.RefusedAddr(t) }
 
 func mustNew(t *testing.T, addrs ...string) *Client {
 	t.Helper()
