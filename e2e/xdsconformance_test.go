@@ -118,7 +118,13 @@ func xdsConformance(t *testing.T, r int) {
 	if r > 4096 {
 		leaseT = 30 * time.Second
 	}
-	m := fugetest.StartManager(t, fugetest.Options{RingSize: r, T: leaseT, Observer: func(lt *xds.LeaseTable) manager.Observer {
+	// Balancing off: the test measures the client against a table that
+	// holds still after each change, and the default policy (fit) may
+	// move a virtual node on the owners' load reports at its first round,
+	// 15 s in, just as the measurement runs (a CI run saw an arc
+	// recalling there). Balancing moves are checked by the simulator and
+	// bench/balance.
+	m := fugetest.StartManager(t, fugetest.Options{RingSize: r, T: leaseT, Balance: manager.BalanceOff, Observer: func(lt *xds.LeaseTable) manager.Observer {
 		glog.inner = lt
 		return glog
 	}})

@@ -30,6 +30,7 @@ type Options struct {
 	Namespace string        // default "ns"
 	RingSize  int           // default 256
 	Header    string        // routing header; default manager's (X-Fuge-Key)
+	Balance   string        // the namespace's balancing policy; default manager's (manager.DefaultBalance)
 	T         time.Duration // lease duration; default 2 s
 	// Observer, if set, wraps the xDS lease table to watch the FSM; it must
 	// forward every call to the table it is given.
@@ -92,7 +93,7 @@ func StartManager(t testing.TB, o Options) *Manager {
 	cfg.RaftAddr, cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.LeaseDuration = o.T
 	cfg.HeartbeatInterval = o.T / 6
-	cfg.Namespaces = []manager.NamespaceConfig{{Name: o.Namespace, RingSize: o.RingSize, Header: o.Header}}
+	cfg.Namespaces = []manager.NamespaceConfig{{Name: o.Namespace, RingSize: o.RingSize, Header: o.Header, Balance: o.Balance}}
 	cfg.RaftHeartbeatTimeout = 200 * time.Millisecond
 	cfg.RaftElectionTimeout = 200 * time.Millisecond
 	cfg.RaftLeaderLeaseTimeout = 100 * time.Millisecond
