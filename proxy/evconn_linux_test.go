@@ -102,8 +102,13 @@ func TestNoReadBeforeData(t *testing.T) {
 // in order: a request that arrives while the connection's goroutine is
 // busy with the one before is not left unread.
 func TestPipelinedRequests(t *testing.T) {
+	// The first request is answered only once every request was written,
+	// so the others arrive while the proxy is busy with it.
+	written := make(chan struct{})
 	o := startOwner(t, "a", func(ctx *fasthttp.RequestCtx) {
-		time.Sleep(time.Millisecond) // so that the next requests arrive meanwhile
+		if string(ctx.Request.Header.Peek("N")) == "a" {
+			<-written
+		}
 		ctx.SetBody(ctx.Request.Header.Peek("N"))
 	})
 	p := startProxy(t, func(c *Config) { c.Balancer = newFakeBalancer(to(o.addr, 1), o.addr) })
@@ -115,6 +120,7 @@ func TestPipelinedRequests(t *testing.T) {
 	c.SetDeadline(time.Now().Add(defaultTestTimeout))
 	const n = 20
 	go func() {
+		defer close(written)
 		for i := range n {
 			io.WriteString(c, "GET / HTTP/1.1\r\nHost: h\r\nX-Fuge-Key: k\r\nN: "+string(rune('a'+i))+"\r\n\r\n")
 		}
