@@ -23,6 +23,7 @@
 //	go run ./bench/proxybench            # the full run, under 20 minutes
 //	go run ./bench/proxybench -quick     # one pair of each, under 3 minutes
 //	go run ./bench/proxybench -hold      # start everything, print addresses and PIDs, wait
+//	go run ./bench/proxybench openloop -n 3 ADDR...  # item 2b against running targets
 package main
 
 import (
@@ -88,6 +89,8 @@ func main() {
 			err = runBackend(os.Args[2:])
 		case "presence":
 			err = runPresence(os.Args[2:])
+		case "openloop":
+			err = runOpenLoop(os.Args[2:])
 		default:
 			os.Exit(run(os.Args[1:]))
 		}
