@@ -15,13 +15,14 @@ const (
 	arcExpiry                         // Recalling arcs and orphans in r whose expiry is at
 	resend                            // s's race re-send is due (session.resendAt)
 	balanceRound                      // the balancing policy's next round (balancer)
+	awaitExpiry                       // s's held-back message goes out (session.awaitUntil)
 )
 
 // deadline is one timer of a namespace.
 type deadline struct {
 	at   int64 // unix nanoseconds
 	kind deadlineKind
-	s    *session   // sessionExpiry, grantedExpiry, resend
+	s    *session   // sessionExpiry, grantedExpiry, resend, awaitExpiry
 	r    ring.Range // arcExpiry
 }
 

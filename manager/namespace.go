@@ -108,6 +108,19 @@ type session struct {
 	msgVersion   uint64
 	// load is its latest load report (balance.go); nil until one.
 	load *ownerLoad
+
+	// Stop and wait (step.go, deferMessage). awaitSeq is the sequence
+	// number of the latest message to it that changes what it holds (a
+	// grant, a recall, a migration order), until it acknowledges it
+	// (0: none outstanding); further messages wait for that answer, or
+	// until awaitUntil (unix nanoseconds). sentGen is the namespace's
+	// highest generation when the latest message was written: an
+	// unconfirmed grant under a higher one was never sent, and a request
+	// that omits it has not released it (applyHeld).
+	awaitSeq    uint64
+	awaitUntil  int64
+	awaitQueued bool // an awaitExpiry deadline is pending for awaitUntil
+	sentGen     lease.Gen
 }
 
 // namespace is one pool: its owners, lease table and change log.
@@ -341,6 +354,7 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 		return n.step(now), nil
 	}
 	st.Accepted++
+	s.awaitSeq = 0 // it answered the latest message, or opens
 	st.Refused += uint64(len(req.Refused))
 	n.migrationRequest(s, req)
 	if req.Load != nil {
@@ -509,6 +523,12 @@ func (n *namespace) applyHeld(s *session, req lease.LeaseRequest) {
 			return
 		}
 		if n.keepImport(s, a) {
+			return
+		}
+		if a.st == Granted && !a.confirmed && a.gen > s.sentGen && !req.Leaving {
+			// Granted after the message this request answers was
+			// written (the message waits, deferMessage): the owner has
+			// not heard of it, so leaving it out releases nothing.
 			return
 		}
 		n.set(i, n.released(a, inAny(mig, r.End)))

@@ -33,12 +33,20 @@ func (n *namespace) step(now time.Time) Output {
 		n.reconcile()
 	}
 	var out Output
+	var later []string
 	for _, name := range sortedKeys(n.dirty) {
 		if s := n.sessions[name]; s != nil {
-			out.Send = append(out.Send, n.message(s))
+			if n.deferMessage(s, now.UnixNano()) {
+				later = append(later, name)
+				continue
+			}
+			out.Send = append(out.Send, n.message(s, now.UnixNano()))
 		}
 	}
 	clear(n.dirty)
+	for _, name := range later {
+		n.dirty[name] = true
+	}
 	if changed || n.split {
 		n.compactTable()
 	}
@@ -116,6 +124,9 @@ func (n *namespace) expire(now int64) {
 				n.dirty[s.name] = true
 				n.m.stats.RaceResends++
 			}
+		case awaitExpiry:
+			// A message held back for an answer that did not come in
+			// time goes out now (step writes to the dirty sessions).
 		case balanceRound:
 			n.balanceRound(time.Unix(0, now))
 		}
@@ -196,6 +207,11 @@ func (n *namespace) settle() {
 			}
 		case resend:
 			if !live || s.resendAt.UnixNano() != d.at {
+				n.deadlines.popDue(d.at)
+				continue
+			}
+		case awaitExpiry:
+			if !live || s.awaitSeq == 0 || s.awaitUntil != d.at {
 				n.deadlines.popDue(d.at)
 				continue
 			}
@@ -402,12 +418,50 @@ func (n *namespace) reconcileArc(i int, d *ring.Ring) {
 	n.set(i, a)
 }
 
+// deferMessage reports whether a message to s waits: s has not answered
+// the latest message that changed what it holds, and may still. The
+// owner answers such a message at once; a second message sent before that
+// answer arrives crosses it, both sides drop what they receive as racing
+// (Centrifuge §2.3.2), and after a backoff the owner's re-send releases
+// the grants of the message it dropped, which return under a new
+// generation, announced to lookups as a loss. A drain or a join writes to
+// an owner twice in quick succession (a recall, then, once others have
+// released, a grant), so this crossing was the rule: it made a 25% ring
+// move take 0.5-1 s on a loaded machine. Waiting for the answer, the
+// message goes out as the response to it. awaitWait bounds the wait, in
+// case the answer was lost. Holding a message back never affects safety:
+// the protocol tolerates any delay.
+func (n *namespace) deferMessage(s *session, now int64) bool {
+	if s.awaitSeq == 0 || s.awaitSeq != s.mySeq || now >= s.awaitUntil {
+		return false
+	}
+	if !s.awaitQueued {
+		s.awaitQueued = true
+		n.deadlines.push(deadline{at: s.awaitUntil, kind: awaitExpiry, s: s})
+	}
+	return true
+}
+
+// awaitWait is how long a message may wait for the answer to the one
+// before (deferMessage): T/4, the owners' renew interval, at least twice
+// the longest race backoff. It only matters when no answer comes: the
+// message was lost (dropped on a full stream), the owner is gone (its
+// session ends anyway), or the message re-sent grants the owner already
+// held and it has nothing to say (its periodic request comes within T/4
+// then, and is the answer). An answer later than the wait crosses the
+// next message, as every such answer did before stop and wait: on the
+// benchmark's loaded client CPU, owners answered in 90-300 ms, and a wait
+// of twice the race backoff (267 ms) ran out for several answers a move.
+func (n *namespace) awaitWait() time.Duration {
+	return max(n.cfg.LeaseDuration/4, 2*n.m.cfg.RaceBackoffMax)
+}
+
 // message writes the complete set of leases of s: renewals and grants. Every
 // Granted lease in it is held by the manager until hold after the request it
 // acknowledges was received (session.until). The lists are kept between
 // messages until s's arcs change, and shared by the messages: nobody
 // modifies them.
-func (n *namespace) message(s *session) lease.LeaseResponse {
+func (n *namespace) message(s *session, now int64) lease.LeaseResponse {
 	if until := s.lastRecv.Add(n.hold).UnixNano(); until > s.until {
 		s.until = until
 	}
@@ -446,6 +500,15 @@ func (n *namespace) message(s *session) lease.LeaseResponse {
 		RoutingHeader: n.cfg.Header,
 	}
 	resp.MigrateOut, resp.MigrateIn = s.out, s.in
+	s.sentGen = n.nextGen
+	// The owner answers a message that changes what it holds: wait for
+	// that answer before writing again (deferMessage). A renewal of
+	// exactly what it listed last is not answered.
+	if len(s.grant)+len(s.out)+len(s.in) > 0 || !sameLeases(s.renew, s.lastHeld) {
+		s.awaitSeq, s.awaitUntil, s.awaitQueued = s.mySeq, now+int64(n.awaitWait()), false
+	} else {
+		s.awaitSeq = 0
+	}
 	return resp
 }
 

@@ -42,11 +42,18 @@ func (n *namespace) verify() error {
 		}
 		want := ring.NewTable(false)
 		var sets []ring.Assignment[bool]
-		granted := false
+		// A grant not yet sent (the message waits for s's answer to the
+		// last one, deferMessage) is not held by s: its expiry is
+		// scheduled when the message goes out, which must be pending.
+		granted, unsent := false, false
 		n.table.Each(func(r ring.Range, a arc) {
 			if a.holder == name && a.st != Free && !a.orphan {
 				sets = append(sets, ring.Assignment[bool]{Range: r, Value: true})
-				granted = granted || a.st == Granted
+				if a.st == Granted && !a.confirmed && a.gen > s.sentGen {
+					unsent = true
+				} else {
+					granted = granted || a.st == Granted
+				}
 			}
 		})
 		want.SetAll(sets)
@@ -59,6 +66,9 @@ func (n *namespace) verify() error {
 		}
 		if granted && !s.untilQueued {
 			return fmt.Errorf("session %q holds Granted arcs with no expiry scheduled", name)
+		}
+		if unsent && !n.dirty[name] {
+			return fmt.Errorf("session %q has grants never sent and no message pending", name)
 		}
 		if s.msgVersion == s.version+1 {
 			var renew, grant []lease.Lease
