@@ -109,18 +109,23 @@ type session struct {
 	// load is its latest load report (balance.go); nil until one.
 	load *ownerLoad
 
-	// Stop and wait (step.go, deferMessage). awaitSeq is the sequence
-	// number of the latest message to it that changes what it holds (a
-	// grant, a recall, a migration order), until it acknowledges it
-	// (0: none outstanding); further messages wait for that answer, or
-	// until awaitUntil (unix nanoseconds). sentGen is the namespace's
+	// Stop and wait (step.go, deferMessage). awaiting: the latest message
+	// to it changes what it holds (a grant, a recall, a migration order)
+	// and it has not answered yet; further messages wait for that answer,
+	// or until awaitUntil (unix nanoseconds). sentGen is the namespace's
 	// highest generation when the latest message was written: an
-	// unconfirmed grant under a higher one was never sent, and a request
-	// that omits it has not released it (applyHeld).
-	awaitSeq    uint64
+	// unconfirmed grant under a higher one was never sent (unsent).
+	awaiting    bool
 	awaitUntil  int64
 	awaitQueued bool // an awaitExpiry deadline is pending for awaitUntil
 	sentGen     lease.Gen
+}
+
+// unsent reports whether a, one of s's arcs, is a grant that no message
+// to s has carried yet (its message waits, deferMessage): s cannot hold
+// it, nor list it in a request.
+func (s *session) unsent(a arc) bool {
+	return a.st == Granted && !a.confirmed && a.gen > s.sentGen
 }
 
 // namespace is one pool: its owners, lease table and change log.
@@ -354,7 +359,7 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 		return n.step(now), nil
 	}
 	st.Accepted++
-	s.awaitSeq = 0 // it answered the latest message, or opens
+	s.awaiting = false // it answered the latest message, or opens
 	st.Refused += uint64(len(req.Refused))
 	n.migrationRequest(s, req)
 	if req.Load != nil {
@@ -525,10 +530,10 @@ func (n *namespace) applyHeld(s *session, req lease.LeaseRequest) {
 		if n.keepImport(s, a) {
 			return
 		}
-		if a.st == Granted && !a.confirmed && a.gen > s.sentGen && !req.Leaving {
+		if s.unsent(a) && !req.Leaving {
 			// Granted after the message this request answers was
-			// written (the message waits, deferMessage): the owner has
-			// not heard of it, so leaving it out releases nothing.
+			// written: the owner has not heard of it, so leaving it
+			// out releases nothing.
 			return
 		}
 		n.set(i, n.released(a, inAny(mig, r.End)))

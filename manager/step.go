@@ -211,7 +211,7 @@ func (n *namespace) settle() {
 				continue
 			}
 		case awaitExpiry:
-			if !live || s.awaitSeq == 0 || s.awaitUntil != d.at {
+			if !live || !s.awaiting || s.awaitUntil != d.at {
 				n.deadlines.popDue(d.at)
 				continue
 			}
@@ -432,7 +432,7 @@ func (n *namespace) reconcileArc(i int, d *ring.Ring) {
 // case the answer was lost. Holding a message back never affects safety:
 // the protocol tolerates any delay.
 func (n *namespace) deferMessage(s *session, now int64) bool {
-	if s.awaitSeq == 0 || s.awaitSeq != s.mySeq || now >= s.awaitUntil {
+	if !s.awaiting || now >= s.awaitUntil {
 		return false
 	}
 	if !s.awaitQueued {
@@ -504,10 +504,9 @@ func (n *namespace) message(s *session, now int64) lease.LeaseResponse {
 	// The owner answers a message that changes what it holds: wait for
 	// that answer before writing again (deferMessage). A renewal of
 	// exactly what it listed last is not answered.
-	if len(s.grant)+len(s.out)+len(s.in) > 0 || !sameLeases(s.renew, s.lastHeld) {
-		s.awaitSeq, s.awaitUntil, s.awaitQueued = s.mySeq, now+int64(n.awaitWait()), false
-	} else {
-		s.awaitSeq = 0
+	s.awaiting = len(s.grant)+len(s.out)+len(s.in) > 0 || !sameLeases(s.renew, s.lastHeld)
+	if s.awaiting {
+		s.awaitUntil, s.awaitQueued = now+int64(n.awaitWait()), false
 	}
 	return resp
 }

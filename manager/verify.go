@@ -49,7 +49,7 @@ func (n *namespace) verify() error {
 		n.table.Each(func(r ring.Range, a arc) {
 			if a.holder == name && a.st != Free && !a.orphan {
 				sets = append(sets, ring.Assignment[bool]{Range: r, Value: true})
-				if a.st == Granted && !a.confirmed && a.gen > s.sentGen {
+				if s.unsent(a) {
 					unsent = true
 				} else {
 					granted = granted || a.st == Granted

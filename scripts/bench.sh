@@ -33,6 +33,11 @@ trap 'rm -f "$log"' EXIT
 go run ./bench/proxybench "${args[@]}" "$@" | tee "$log"
 report=$(sed -n 's/^report: \(.*\) took .*/\1/p' "$log" | tail -1)
 
+# The admission check's Go benchmarks (issue 16), in both forms.
+admission_benchmarks() {
+	go test -run '^$' -bench 'BenchmarkAllow|BenchmarkRateLimitAdmit|BenchmarkProxyRateLimit' -benchmem ./ratelimit ./proxy | grep -E '^Benchmark'
+}
+
 # QUICK is a smoke run of the proxies, under 3 minutes: the balancing and
 # rate-limit runs on real processes (about 5 minutes and 2 minutes, and
 # shorter runs of them measure nothing: the balancing policy does not
@@ -46,7 +51,7 @@ if ((${#args[@]})); then
 		echo "Not run by the quick form (make bench QUICK=1); make bench, make bench-balance and make bench-ratelimit run them."
 		echo
 		echo '```'
-		go test -run '^$' -bench 'BenchmarkAllow|BenchmarkRateLimitAdmit|BenchmarkProxyRateLimit' -benchmem ./ratelimit ./proxy | grep -E '^Benchmark'
+		admission_benchmarks
 		echo '```'
 	} | tee -a "${report:-/dev/null}"
 	exit 0
@@ -63,7 +68,7 @@ go run ./bench/balance -out "$(dirname "$report")/balance" -section "$report"
 	echo "## Fleet-wide rate limits (make bench-ratelimit)"
 	echo
 	echo '```'
-	go test -run '^$' -bench 'BenchmarkAllow|BenchmarkRateLimitAdmit|BenchmarkProxyRateLimit' -benchmem ./ratelimit ./proxy | grep -E '^Benchmark'
+	admission_benchmarks
 	go run ./bench/ratelimit 2>/dev/null | grep -E '^(ratelimit|report|plots):'
 	echo '```'
 } | tee -a "${report:-/dev/null}"

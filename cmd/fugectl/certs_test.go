@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fuge-project/fuge/fugetls"
+	"github.com/fuge-project/fuge/internal/fugetest"
 )
 
 // loadID loads the set of base in dir as a process would, and returns
@@ -154,7 +155,7 @@ func TestCertsErrors(t *testing.T) {
 // exists yet, and talk to no manager.
 func TestCertsNeedNoCertificates(t *testing.T) {
 	dir := t.TempDir()
-	env := map[string]string{tlsDirEnv: filepath.Join(dir, "missing"), "FUGE_MANAGER": refusedAddr(t)}
+	env := map[string]string{tlsDirEnv: filepath.Join(dir, "missing"), "FUGE_MANAGER": fugetest.RefusedAddr(t)}
 	if code, _, errOut := fugectl(t, env, "certs", "init", filepath.Join(dir, "c")); code != exitOK || errOut != "" {
 		t.Errorf("init: exit %d, stderr %q", code, errOut)
 	}

@@ -175,10 +175,6 @@ func fugectl(t *testing.T, env map[string]string, args ...string) (code int, std
 	return code, out.String(), errOut.String()
 }
 
-// refusedAddr returns a 127.0.0.1 address that refuses connections for
-// the rest of the test (fugetest.RefusedAddr).
-func refusedAddr(t *testing.T) string { return fugetest.RefusedAddr(t) }
-
 func TestTables(t *testing.T) {
 	m := newFakeManager(t, cannedAPI())
 	for _, c := range []struct {
@@ -462,7 +458,7 @@ func TestHelp(t *testing.T) {
 // TestFallback: the first address refuses connections, the next answers.
 func TestFallback(t *testing.T) {
 	m := newFakeManager(t, cannedAPI())
-	dead := refusedAddr(t)
+	dead := fugetest.RefusedAddr(t)
 	for _, c := range []struct {
 		name string
 		env  map[string]string

@@ -57,10 +57,6 @@ func hangUp(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// refusedAddr returns a 127.0.0.1 address that refuses connections for
-// the rest of the test (fugetest.RefusedAddr).
-func refusedAddr(t *testing.T) string { return fugetest.RefusedAddr(t) }
-
 func mustNew(t *testing.T, addrs ...string) *Client {
 	t.Helper()
 	c, err := New(addrs, nil)
@@ -123,7 +119,7 @@ func TestFallback(t *testing.T) {
 		{name: "hang-up POST is not repeated", first: hangUp, method: http.MethodPost, wantNext: 0, wantErr: "EOF"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			first := refusedAddr(t)
+			first := fugetest.RefusedAddr(t)
 			if c.first != nil {
 				first = newServer(t, c.first).addr()
 			}
@@ -149,7 +145,7 @@ func TestErrors(t *testing.T) {
 			io.WriteString(w, body)
 		}
 	}
-	dead1, dead2 := refusedAddr(t), refusedAddr(t)
+	dead1, dead2 := fugetest.RefusedAddr(t), fugetest.RefusedAddr(t)
 	for _, c := range []struct {
 		name       string
 		addrs      []string
