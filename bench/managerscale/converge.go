@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fuge-project/fuge/api/wire"
 	"github.com/fuge-project/fuge/lb"
 )
 
@@ -46,8 +45,12 @@ func (c convergence) String() string {
 // which takes its arcs back), and times each until every lookup has seen
 // it at a point of one of the owner's arcs: the point's address is no
 // longer the owner's, then is again. A light lookup, which holds no arcs,
-// has seen it when a response carrying the point's block arrives (the
-// only change of that block while the table is otherwise quiet).
+// has seen it when a response arrives carrying the arc that holds the
+// point, at another address or at the owner's (pointWatch). That arc need
+// not end in the point's block: an arc given back need not be the one
+// taken away (after the leave, the point's arc merged with its neighbour
+// of the same new owner, and the return gave the owner both), so watching
+// the point's block missed returns once blocks held 4 arcs.
 func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *rand.Rand, limit time.Duration) (convergence, error) {
 	c := convergence{changes: n}
 	var all []time.Duration
@@ -76,12 +79,12 @@ func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *ran
 			}
 			addr = name + ":80"
 			seen = func(l *lb.Lookup) bool { a, _, _, _ := l.Lookup(h); return a != addr }
-			p.watchBlock(h)
+			p.watchPoint(&pointWatch{h: h, addr: addr, at: false})
 			t0 = time.Now()
 			p.owners[k].Close()
 		} else {
 			seen = func(l *lb.Lookup) bool { a, _, _, _ := l.Lookup(h); return a == addr }
-			p.watchBlock(h)
+			p.watchPoint(&pointWatch{h: h, addr: addr, at: true})
 			t0 = time.Now()
 			o := p.newOwner(ctx, fmt.Sprintf("owner-%04d", k))
 			p.mu.Lock()
@@ -145,16 +148,16 @@ func (p *pool) waitAll(seen func(*lb.Lookup) bool, t0 time.Time, limit time.Dura
 	return times, missed
 }
 
-// watchBlock has the light lookups time the next arrival of the block
-// holding position h.
-func (p *pool) watchBlock(h uint64) {
-	p.watch.Store(int64(wire.BlockOf(h, wire.BlockBits(ringSize))))
+// watchPoint has the light lookups time the next arrival of the arc that
+// holds w's point as w wants it.
+func (p *pool) watchPoint(w *pointWatch) {
 	for _, l := range p.light {
 		l.seen.Store(0)
 	}
+	p.watch.Store(w)
 }
 
-// waitLight waits until every light lookup has received the watched block
+// waitLight waits until every light lookup has received the watched arc
 // or limit has passed since t0, and returns the times from t0; lookups
 // that did not receive it count as limit, and in missed.
 func (p *pool) waitLight(t0 time.Time, limit time.Duration) (times []time.Duration, missed int) {
@@ -184,7 +187,7 @@ func (p *pool) waitLight(t0 time.Time, limit time.Duration) (times []time.Durati
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	p.watch.Store(-1)
+	p.watch.Store(nil)
 	return times, missed
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fuge-project/fuge/api/wire"
 	"github.com/fuge-project/fuge/lb"
+	"github.com/fuge-project/fuge/ring"
 )
 
 // lightLookup stands in for an lb.Lookup in scale runs: a real delta ADS
@@ -34,11 +35,11 @@ import (
 type lightLookup struct {
 	name     string
 	managers []string
-	conns    *lb.ConnPool       // nil: a connection of its own, dialled with dial
-	dial     []grpc.DialOption  // for a connection of its own
-	watch    *atomic.Int64      // the pool's watched block (see pool.watchBlock), -1 for none
-	cancel   context.CancelFunc // ends run
-	done     chan struct{}      // closed when run returns
+	conns    *lb.ConnPool                // nil: a connection of its own, dialled with dial
+	dial     []grpc.DialOption           // for a connection of its own
+	watch    *atomic.Pointer[pointWatch] // the pool's watched point (see pool.watchPoint), nil for none
+	cancel   context.CancelFunc          // ends run
+	done     chan struct{}               // closed when run returns
 
 	// Read and written by run only, but for ready.
 	bits     uint32
@@ -48,13 +49,14 @@ type lightLookup struct {
 	isReady  bool
 
 	updates, heartbeats, reconnects atomic.Uint64
-	// seen is when a response carrying the watched block arrived (unix
-	// nanoseconds, by the generator's clock), 0 until one has.
+	// seen is when a response arrived carrying the arc that holds the
+	// watched point as the watch wants it (unix nanoseconds, by the
+	// generator's clock), 0 until one has.
 	seen atomic.Int64
 }
 
 // startLight starts a light lookup; Close ends it.
-func startLight(name string, managers []string, conns *lb.ConnPool, dial []grpc.DialOption, watch *atomic.Int64) *lightLookup {
+func startLight(name string, managers []string, conns *lb.ConnPool, dial []grpc.DialOption, watch *atomic.Pointer[pointWatch]) *lightLookup {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &lightLookup{name: name, managers: managers, conns: conns, dial: dial, watch: watch,
 		cancel: cancel, done: make(chan struct{}), ready: make(chan struct{})}
@@ -155,6 +157,7 @@ func (l *lightLookup) streamErr(ctx context.Context, addr string) (leader string
 	}
 	var r lightResp
 	for {
+		r.watch = l.watch
 		if err := st.RecvMsg(&r); err != nil {
 			if v := st.Trailer().Get(lb.LeaderTrailer); len(v) > 0 {
 				leader = v[0]
@@ -187,7 +190,9 @@ func (l *lightLookup) apply(r *lightResp) error {
 		}
 		l.bits, l.versions, l.held = r.bits, make([]uint32, 1<<r.bits), 0
 	}
-	w := l.watch.Load()
+	if r.hit && l.seen.Load() == 0 {
+		l.seen.Store(time.Now().UnixNano())
+	}
 	for _, b := range r.blocks {
 		if b.num >= uint32(len(l.versions)) {
 			return fmt.Errorf("block %d of %d", b.num, len(l.versions))
@@ -196,9 +201,6 @@ func (l *lightLookup) apply(r *lightResp) error {
 			l.held++
 		}
 		l.versions[b.num] = uint32(max(b.version, 1))
-		if int64(b.num) == w && l.seen.Load() == 0 {
-			l.seen.Store(time.Now().UnixNano())
-		}
 	}
 	for _, b := range r.removed {
 		if b < uint32(len(l.versions)) && l.versions[b] != 0 {
@@ -225,6 +227,62 @@ type lightResp struct {
 	blocks         []lightBlock // reused from response to response
 	removed        []uint32
 	bits           uint32 // the first block's bit count
+	// watch, loaded as the response is read, asks whether it carries
+	// the arc holding a point at an address (or not at it): hit.
+	watch *atomic.Pointer[pointWatch]
+	hit   bool
+}
+
+// pointWatch is a change to time: the arc holding point h has the address
+// addr (at), or another one (!at). The arc holding h ends at h or after
+// it, in a block that a change of it re-sends, which need not be h's
+// block: so the blocks' arcs are read, not only their names.
+type pointWatch struct {
+	h    uint64
+	addr string
+	at   bool
+}
+
+// seenIn reports whether an encoded ArcBlock holds the arc containing w.h
+// with the address w wants.
+func (w *pointWatch) seenIn(block []byte) bool {
+	hit := false
+	_ = eachField(block, func(num protowire.Number, arc []byte) error {
+		if num != 3 { // arcs
+			return nil
+		}
+		var start, end uint64
+		var addr string
+		_ = eachField(arc, func(num protowire.Number, f []byte) error {
+			switch num {
+			case 2: // range: start 1, end 2, fixed64
+				for len(f) > 0 {
+					n, typ, k := protowire.ConsumeTag(f)
+					if k < 0 || typ != protowire.Fixed64Type {
+						return nil
+					}
+					v, m := protowire.ConsumeFixed64(f[k:])
+					if m < 0 {
+						return nil
+					}
+					if n == 1 {
+						start = v
+					} else if n == 2 {
+						end = v
+					}
+					f = f[k+m:]
+				}
+			case 4:
+				addr = string(f)
+			}
+			return nil
+		})
+		if (ring.Range{Start: start, End: end}).Contains(w.h) && (addr == w.addr) == w.at {
+			hit = true
+		}
+		return nil
+	})
+	return hit
 }
 
 type lightBlock struct {
@@ -256,7 +314,11 @@ func (lightCodec) Unmarshal(data []byte, v any) error {
 	if !ok {
 		return fmt.Errorf("lightCodec: cannot unmarshal into %T", v)
 	}
-	r.typeURL, r.nonce, r.blocks, r.removed, r.bits = "", "", r.blocks[:0], r.removed[:0], 0
+	r.typeURL, r.nonce, r.blocks, r.removed, r.bits, r.hit = "", "", r.blocks[:0], r.removed[:0], 0, false
+	var w *pointWatch
+	if r.watch != nil {
+		w = r.watch.Load()
+	}
 	return eachField(data, func(num protowire.Number, b []byte) error {
 		switch num {
 		case 4:
@@ -296,6 +358,9 @@ func (lightCodec) Unmarshal(data []byte, v any) error {
 			blk.num = n
 			if len(r.blocks) == 0 {
 				r.bits = blockBitsOf(value)
+			}
+			if w != nil && !r.hit {
+				r.hit = w.seenIn(value)
 			}
 			r.blocks = append(r.blocks, blk)
 		}

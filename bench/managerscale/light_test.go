@@ -37,9 +37,29 @@ func TestLightCodec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r lightResp
-	if err := (lightCodec{}).Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
+	// Block 7's arc is (7<<52, 7<<52+9] at o:1: a watch of a point in it
+	// at o:1 is hit, one at another address or of a point outside is not.
+	var watch atomic.Pointer[pointWatch]
+	r := lightResp{watch: &watch}
+	for _, tc := range []struct {
+		w    *pointWatch
+		want bool
+	}{
+		{nil, false},
+		{&pointWatch{h: 7<<52 + 5, addr: "o:1", at: true}, true},
+		{&pointWatch{h: 7<<52 + 9, addr: "o:1", at: true}, true},
+		{&pointWatch{h: 7<<52 + 5, addr: "o:1", at: false}, false},
+		{&pointWatch{h: 7<<52 + 5, addr: "p:1", at: false}, true},
+		{&pointWatch{h: 7<<52 + 10, addr: "o:1", at: true}, false},
+		{&pointWatch{h: 7 << 52, addr: "o:1", at: true}, false},
+	} {
+		watch.Store(tc.w)
+		if err := (lightCodec{}).Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.hit != tc.want {
+			t.Errorf("watch %+v: hit %v, want %v", tc.w, r.hit, tc.want)
+		}
 	}
 	if r.typeURL != resp.TypeUrl || r.nonce != "17" || r.bits != 12 ||
 		!slices.Equal(r.blocks, []lightBlock{{4095, 98}, {7, 12}}) || !slices.Equal(r.removed, []uint32{5}) {
@@ -51,8 +71,10 @@ func TestLightCodec(t *testing.T) {
 
 	// Applied, the blocks are held at their versions; a lookup holds the
 	// table once it holds all 4,096.
-	var watch atomic.Int64
-	watch.Store(7)
+	watch.Store(&pointWatch{h: 7<<52 + 5, addr: "o:1", at: true})
+	if err := (lightCodec{}).Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
 	l := &lightLookup{watch: &watch, ready: make(chan struct{})}
 	if err := l.apply(&r); err != nil {
 		t.Fatal(err)

@@ -302,7 +302,6 @@ func run(cfg config, bin, dir string) (result, error) {
 	}
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(dialer)}
 	p := &pool{managers: managers, dial: dial, lease: leaseT, cleanRestarts: kind == "clean"}
-	p.watch.Store(-1)
 	if cfg.perConn > 1 {
 		// Lookups share connections; each keeps a stream of its own.
 		var err error
@@ -521,10 +520,10 @@ type pool struct {
 	conns    *lb.ConnPool // shared by the lookups; nil: a connection each
 	lease    time.Duration
 	owners   []*ownerguard.Owner
-	lookups  []*lb.Lookup   // full lookups
-	light    []*lightLookup // the others
-	watch    atomic.Int64   // the block light lookups time the arrival of (timeChanges), -1 for none
-	retired  counters       // counts of clients closed by restarts
+	lookups  []*lb.Lookup               // full lookups
+	light    []*lightLookup             // the others
+	watch    atomic.Pointer[pointWatch] // the change light lookups time the arrival of (timeChanges), nil for none
+	retired  counters                   // counts of clients closed by restarts
 	// cleanRestarts restarts owners with Close (a clean leave) instead of
 	// Abandon (a crash).
 	cleanRestarts bool
