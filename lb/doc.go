@@ -83,8 +83,8 @@
 // delta ADS (AggregatedDiscoveryService.DeltaAggregatedResources), with two
 // wildcard subscriptions: ArcBlockTypeURL and HeartbeatTypeURL. The lease
 // table comes as 2^bits fuge.v1.ArcBlock resources, bits following the
-// ring size (api/wire.BlockBits: 64 blocks up to R = 1024, 256 at 4096,
-// 4,096 at 65536, about 16 arcs a block) and carried in every block
+// ring size (api/wire.BlockBits: 64 blocks up to R = 256, 1,024 at 4096,
+// 16,384 at 65536, about 4 arcs a block) and carried in every block
 // (block_bits): the circle is cut by the top bits of a position, and block
 // b, named api/wire.BlockName(namespace, b), holds the arcs whose end lies
 // in it, in ring order (none for an empty block), versioned by the LSN of
@@ -113,14 +113,21 @@
 // decode, is named for another block, holds an arc that is invalid or does
 // not end in it, or whose arcs do not follow each other in ring order) is
 // NACKed, nothing of its response is applied, and the stream is restarted
-// so that the manager learns again what the Lookup holds. When all 64
+// so that the manager learns again what the Lookup holds. When all the
 // blocks are held and their arcs partition the circle, the table is
 // complete and fed to the Core as a snapshot (constant ManagerNonce, local
 // LSN); the Core diffs it against its table and returns exactly the ranges
 // whose generation changed, so a change to one arc, arriving as the one
 // block holding it, signals loss on that arc alone. Otherwise (a table
 // still arriving in pieces) the response is acknowledged and the table
-// waits.
+// waits. Once a table is applied, a response that touches at most a
+// quarter of the blocks is applied as changes instead: the arcs of the
+// blocks it touched replace theirs in the last table, the arcs around them
+// are checked to follow each other, and the Core takes those arcs as
+// changes and signals the same loss, at a cost that grows with the change
+// rather than with R (a whole table was rebuilt, sorted and diffed on every
+// push: tens of milliseconds at R = 65536). A response whose blocks do not
+// fit the table is judged whole, as a snapshot.
 //
 // A heartbeat on a stream whose last ArcBlock response was applied tells
 // the Core the manager was heard (an empty change response from our LSN).

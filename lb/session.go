@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,10 +44,16 @@ type session struct {
 	bits     uint32               // the bit count of the blocks held; 0 before the first
 	names    []string             // the namespace's block names at bits, by number
 	held     map[string]heldBlock // blocks held, by name, all of bits
-	lsn      uint64               // local LSN of the snapshots fed to the core
-	events   chan streamEvent
-	ctx      context.Context
-	wg       sync.WaitGroup // reader goroutines
+	// table is the table last applied, the arcs of the blocks held then
+	// in ring order; nil before the first, or when the next must be built
+	// whole. touched are the blocks set or removed since (by number, of
+	// bits): the next table is table with those blocks' arcs replaced.
+	table   []lease.Entry
+	touched map[uint32]struct{}
+	lsn     uint64 // local LSN of the snapshots fed to the core
+	events  chan streamEvent
+	ctx     context.Context
+	wg      sync.WaitGroup // reader goroutines
 
 	conn        *conn  // current stream, nil between streams
 	nextID      uint64 // id of the last stream started
@@ -280,8 +287,9 @@ func (s *session) handle(ev streamEvent) {
 
 // onBlocks applies an ArcBlock response to the blocks held: each block
 // sent replaces the arcs of that block, and a block removed is held empty.
-// When the table is then complete, it is fed to the core as a snapshot: the
-// core diffs it against its table and returns the loss.
+// When the table is then complete, it is fed to the core: the blocks
+// touched since the last table as changes (applyTouched), or the whole
+// table as a snapshot, which the core diffs against its own.
 func (s *session) onBlocks(c *conn, resp *discovery.DeltaDiscoveryResponse) {
 	u, err := decodeBlocks(s.cfg.Namespace, resp)
 	if err != nil {
@@ -304,9 +312,14 @@ func (s *session) onBlocks(c *conn, resp *discovery.DeltaDiscoveryResponse) {
 	if u.bits != 0 && u.bits != s.bits {
 		maps.DeleteFunc(s.held, func(_ string, h heldBlock) bool { return h.bits != u.bits })
 		s.bits, s.names = u.bits, blockNames(s.cfg.Namespace, u.bits)
+		s.table = nil
 	}
 	for _, name := range u.removed {
 		s.held[name] = heldBlock{bits: s.bits}
+		s.touch(name)
+	}
+	for name := range u.set {
+		s.touch(name)
 	}
 	maps.Copy(s.held, u.set)
 	// The ACK goes out once the response is dealt with, so a manager that
@@ -329,6 +342,11 @@ func (s *session) onBlocks(c *conn, resp *discovery.DeltaDiscoveryResponse) {
 		s.l.log.Debug("part of an answer; the rest follows", "manager", c.addr, "blocks", len(u.set))
 		return
 	}
+	if s.table != nil && len(s.touched) <= len(s.names)/incrementalShare && s.core.LSN() == s.lsn {
+		if s.applyTouched(c) {
+			return
+		}
+	}
 	entries, err := tableOf(s.names, s.held, u.arena)
 	if err != nil {
 		c.synced = false
@@ -349,13 +367,75 @@ func (s *session) onBlocks(c *conn, resp *discovery.DeltaDiscoveryResponse) {
 	out := s.core.Step(lease.LookupResponse{
 		Namespace: s.cfg.Namespace, ManagerNonce: xdsManagerNonce, Snapshot: true, LSN: s.lsn, Entries: entries,
 	}, s.now())
+	if s.core.Stats().Snapshots == snapshots {
+		// Not taken (older than the core's table): the core's stands.
+		s.table = nil
+		entries = s.core.Entries()
+	} else {
+		s.table, s.touched = entries, nil
+	}
+	s.applied(c, entries, out)
+}
+
+// incrementalShare: a response that touches at most 1/incrementalShare of
+// the blocks is applied as changes to the table (applyTouched); more, and
+// the table is built whole.
+const incrementalShare = 4
+
+// touch records that the block named name was set or removed.
+func (s *session) touch(name string) {
+	b, ok := blockIndex(s.cfg.Namespace, name)
+	if !ok || b >= uint32(len(s.names)) {
+		s.table = nil
+		return
+	}
+	if s.touched == nil {
+		s.touched = map[uint32]struct{}{}
+	}
+	s.touched[b] = struct{}{}
+}
+
+// applyTouched applies the blocks touched since the last table as changes:
+// the core updates the arcs they hold, and signals loss, at a cost that
+// grows with what changed, where a whole table (65,536 arcs at the
+// largest ring) was rebuilt, sorted and compared for every push. It
+// reports false, changing nothing, when the arcs around a touched block no
+// longer follow each other (the table is then built whole, which says
+// why).
+func (s *session) applyTouched(c *conn) bool {
+	blocks := slices.Sorted(maps.Keys(s.touched))
+	entries, changes, err := spliceBlocks(s.table, s.bits, blocks, func(b uint32) []lease.Entry { return s.held[s.names[b]].entries })
+	if err != nil {
+		s.table = nil
+		return false
+	}
+	for i := range changes {
+		changes[i].LSN = s.lsn + 1
+	}
+	applied := s.core.Stats().Applied
+	out := s.core.Step(lease.LookupResponse{
+		Namespace: s.cfg.Namespace, ManagerNonce: xdsManagerNonce, FromLSN: s.lsn, LSN: s.lsn + 1, Changes: changes,
+	}, s.now())
+	if s.core.Stats().Applied == applied {
+		s.table = nil
+		return false
+	}
+	s.lsn++
+	s.table, s.touched = entries, nil
+	s.applied(c, entries, out)
+	return true
+}
+
+// applied publishes the table the core took from entries and delivers its
+// loss upcall.
+func (s *session) applied(c *conn, entries []lease.Entry, out Output) {
 	c.synced, c.applied = true, true
 	s.attempt, s.redirectRun = 0, 0
-	// The table the core holds, once it has taken the snapshot, is
-	// entries with adjacent arcs of equal owner, address and generation
-	// merged: when none were (as from a manager, whose views are merged
-	// already), entries is it, and a copy of 4,096 arcs is saved.
-	if s.core.Stats().Snapshots == snapshots || len(entries) < 2 || s.core.Len() != len(entries) {
+	// The table the core holds is entries with adjacent arcs of equal
+	// owner, address and generation merged: when none were (as from a
+	// manager, whose views are merged already), entries is it, and a copy
+	// of the whole table is saved.
+	if len(entries) < 2 || s.core.Len() != len(entries) {
 		entries = s.core.Entries()
 	}
 	s.l.publish(entries, s.core.Stats())

@@ -1,0 +1,126 @@
+package lb
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/fuge-project/fuge/api/wire"
+	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
+)
+
+// randomPartition cuts the circle at n random ends (some at block
+// boundaries, one sometimes at 0) and gives each arc a random owner.
+func randomPartition(rnd *rand.Rand, n int, bits uint32) []lease.Entry {
+	ends := map[uint64]bool{}
+	for len(ends) < n {
+		x := rnd.Uint64()
+		switch rnd.IntN(8) {
+		case 0:
+			x = 0
+		case 1:
+			x &^= 1<<(64-bits) - 1 // the first position of a block
+		}
+		ends[x] = true
+	}
+	xs := slices.Sorted(maps.Keys(ends))
+	es := make([]lease.Entry, n)
+	for k, x := range xs {
+		o := fmt.Sprint("o", rnd.IntN(5))
+		es[k] = lease.Entry{Range: ring.Range{Start: xs[(k+n-1)%n], End: x}, Owner: o, Addr: o + ":1", Gen: lease.Gen(1 + rnd.IntN(3))}
+	}
+	return es
+}
+
+// blocksOf cuts a partition into its blocks, by number.
+func blocksOf(es []lease.Entry, bits uint32) map[uint32][]lease.Entry {
+	out := map[uint32][]lease.Entry{}
+	for _, e := range es {
+		b := wire.BlockOf(e.Range.End, bits)
+		out[b] = append(out[b], e)
+	}
+	return out
+}
+
+// TestSpliceBlocksMatchesWhole: a table with the blocks that differ from
+// the next one's replaced is the next table, arc for arc, and the changes
+// are exactly those blocks' arcs; splicing in a block from a third table
+// that does not fit its neighbours is refused, as tableOf refuses the
+// whole.
+func TestSpliceBlocksMatchesWhole(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 0))
+	refused := 0
+	for i := range 3000 {
+		bits := uint32(wire.MinBlockBits)
+		old := randomPartition(rnd, 1+rnd.IntN(40), bits)
+		next := slices.Clone(old)
+		switch rnd.IntN(3) {
+		case 0: // new owners and generations, same arcs
+			for k := range next {
+				if rnd.IntN(4) == 0 {
+					next[k].Owner, next[k].Addr, next[k].Gen = "x", "x:1", next[k].Gen+1
+				}
+			}
+		default: // another cut altogether
+			next = randomPartition(rnd, 1+rnd.IntN(40), bits)
+		}
+		ob, nb := blocksOf(old, bits), blocksOf(next, bits)
+		var touched []uint32
+		for b := range uint32(1) << bits {
+			if !slices.Equal(ob[b], nb[b]) {
+				touched = append(touched, b)
+			}
+		}
+		got, changes, err := spliceBlocks(old, bits, touched, func(b uint32) []lease.Entry { return nb[b] })
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		if !slices.Equal(got, next) {
+			t.Fatalf("case %d: spliced\n%v\nwant\n%v", i, got, next)
+		}
+		var want []lease.Entry
+		for _, b := range touched {
+			want = append(want, nb[b]...)
+		}
+		if len(changes) != len(want) {
+			t.Fatalf("case %d: %d changes, want %d", i, len(changes), len(want))
+		}
+		for k, c := range changes {
+			if c.Entry != want[k] {
+				t.Fatalf("case %d: change %d is %v, want %v", i, k, c.Entry, want[k])
+			}
+		}
+		// A block of a third cut: refused unless it happens to fit.
+		third := blocksOf(randomPartition(rnd, 2+rnd.IntN(40), bits), bits)
+		b := slices.Collect(maps.Keys(third))[0]
+		mixed := map[uint32][]lease.Entry{}
+		maps.Copy(mixed, ob)
+		mixed[b] = third[b]
+		var whole []lease.Entry
+		for k := range uint32(1) << bits {
+			whole = append(whole, mixed[k]...)
+		}
+		_, _, err = spliceBlocks(old, bits, []uint32{b}, func(uint32) []lease.Entry { return third[b] })
+		names := blockNames("ns", bits)
+		held := map[string]heldBlock{}
+		for k, name := range names {
+			held[name] = heldBlock{entries: mixed[uint32(k)], bits: bits}
+		}
+		_, wholeErr := tableOf(names, held, nil)
+		if (err == nil) != (wholeErr == nil) {
+			t.Fatalf("case %d: splicing block %d of another cut: %v; building the table whole: %v", i, b, err, wholeErr)
+		}
+		if err != nil {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Fatal("no block of another cut was refused: the check never ran")
+	}
+	t.Logf("%d of 3000 misfitting blocks refused", refused)
+}
