@@ -46,8 +46,8 @@ func ringOf(r int) lease.RingView {
 	return lease.RingView{RingSize: r, Header: "X-Fuge-Key", Owners: []lease.RingOwner{{Name: "o", Addr: "o:1", VNodes: r}}}
 }
 
-// TestBlocksSizedByRing: at R = 65536 the table is served in 4,096 blocks
-// of 16 arcs, so a change of one arc re-sends one block of 16 arcs, and a
+// TestBlocksSizedByRing: at R = 65536 the table is served in 16,384
+// blocks of 4 arcs, so a change of one arc re-sends one block of 4 arcs, and a
 // leaving owner's arcs (131 of 65,536, as one of 500 owners holds) re-send
 // only the blocks they lie in, not most of the table as 64 blocks did.
 func TestBlocksSizedByRing(t *testing.T) {
@@ -55,8 +55,8 @@ func TestBlocksSizedByRing(t *testing.T) {
 	ctx := testContext(t)
 	lt, conn := newTestServer(t, LeaseTableConfig{})
 	bits := wire.BlockBits(R)
-	if bits != 12 {
-		t.Fatalf("BlockBits(%d) = %d, want 12", R, bits)
+	if bits != 14 {
+		t.Fatalf("BlockBits(%d) = %d, want 14", R, bits)
 	}
 	lt.NamespaceRing("ns", ringOf(R), 1) // before the first view, as the manager does
 	v1 := evenArcs(R)
@@ -143,11 +143,11 @@ func TestRingSizeAfterFirstView(t *testing.T) {
 	ctx := testContext(t)
 	fc := newFakeClock()
 	lt, conn := newTestServerClock(t, LeaseTableConfig{}, fc)
-	v1 := evenArcs(4096) // no ring heard: sized by the view, 256 blocks
+	v1 := evenArcs(4096) // no ring heard: sized by the view, 1,024 blocks
 	lt.NamespaceView("ns", v1, 1)
 	c := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
-	if got, _ := sizedBlocks(t, c.recv(), "ns", 8); len(got) != 256 {
-		t.Fatalf("first view: %d blocks, want 256", len(got))
+	if got, _ := sizedBlocks(t, c.recv(), "ns", 10); len(got) != 1024 {
+		t.Fatalf("first view: %d blocks, want 1024", len(got))
 	}
 
 	// The ring says R = 64: 64 blocks, from the next view on. The same
@@ -170,7 +170,7 @@ func TestRingSizeAfterFirstView(t *testing.T) {
 		}
 	}
 	var removed []string
-	for b := uint32(64); b < 256; b++ {
+	for b := uint32(64); b < 1024; b++ {
 		removed = append(removed, wire.BlockName("ns", b))
 	}
 	if g, w := slices.Sorted(slices.Values(resp.RemovedResources)), slices.Sorted(slices.Values(removed)); !slices.Equal(g, w) {

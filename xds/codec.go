@@ -25,7 +25,10 @@ func (t *LeaseTable) ServerOptions() []grpc.ServerOption {
 // frames (resource.framed), so that Codec sends a resource as one shared
 // slice. A resource leaves it when its cache replaces or deletes it; a
 // response still carrying it then has its envelope written fresh.
-type frameIndex struct{ m sync.Map } // *discovery.Resource -> []byte
+type frameIndex struct {
+	m      sync.Map // *discovery.Resource -> []byte
+	bodies sync.Map // **discovery.Resource (a response's Resources[0]) -> indexedBody
+}
 
 func (x *frameIndex) add(r *resource) {
 	if x != nil && r != nil && r.framed != nil {
@@ -37,6 +40,53 @@ func (x *frameIndex) remove(r *resource) {
 	if x != nil && r != nil && r.framed != nil {
 		x.m.Delete(r.delta)
 	}
+}
+
+// addBody indexes the encoding of rs as the resources of a delta response,
+// the concatenation of their frames, so that Codec sends a response
+// carrying exactly rs (the same slice: its first element's address and its
+// length) as its head and this one shared slice (lookupAnswerFor). Nothing
+// is indexed if a resource has no frame.
+func (x *frameIndex) addBody(rs []*discovery.Resource, frames [][]byte) {
+	if x == nil || len(rs) == 0 {
+		return
+	}
+	n := 0
+	for _, f := range frames {
+		if f == nil {
+			return
+		}
+		n += len(f)
+	}
+	body := make([]byte, 0, n)
+	for _, f := range frames {
+		body = append(body, f...)
+	}
+	x.bodies.Store(&rs[0], indexedBody{n: len(rs), b: body})
+}
+
+// removeBody forgets the encoding of rs; a response still carrying them is
+// then sent resource by resource.
+func (x *frameIndex) removeBody(rs []*discovery.Resource) {
+	if x != nil && len(rs) > 0 {
+		x.bodies.Delete(&rs[0])
+	}
+}
+
+// body is the indexed encoding of rs, or nil.
+func (x *frameIndex) body(rs []*discovery.Resource) []byte {
+	if x == nil || len(rs) == 0 {
+		return nil
+	}
+	if v, ok := x.bodies.Load(&rs[0]); ok && v.(indexedBody).n == len(rs) {
+		return v.(indexedBody).b
+	}
+	return nil
+}
+
+type indexedBody struct {
+	n int
+	b []byte
 }
 
 func (x *frameIndex) get(d *discovery.Resource) []byte {
@@ -114,7 +164,8 @@ func marshalDelta(m *discovery.DeltaDiscoveryResponse, frames *frameIndex) (mem.
 		}
 		shared += len(r.Resource.GetValue())
 	}
-	if shared < shareAbove {
+	body := frames.body(m.Resources)
+	if shared < shareAbove && body == nil {
 		return nil, false
 	}
 	head := &discovery.DeltaDiscoveryResponse{
@@ -129,6 +180,9 @@ func marshalDelta(m *discovery.DeltaDiscoveryResponse, frames *frameIndex) (mem.
 	b, err := gproto.Marshal(head)
 	if err != nil {
 		return nil, false
+	}
+	if body != nil {
+		return mem.BufferSlice{mem.SliceBuffer(b), mem.SliceBuffer(body)}, true
 	}
 	// One fresh buffer holds the head and the envelopes of the resources
 	// without a frame; the slice alternates pieces of it with the shared

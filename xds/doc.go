@@ -11,9 +11,9 @@
 // satisfies manager.Observer) and publishes, per namespace:
 //
 //   - 2^bits type.googleapis.com/fuge.v1.ArcBlock resources, the blocks of
-//     the circle, bits = wire.BlockBits(R) (log2(R) - 4, from 6 to 12: 64
-//     blocks up to R = 1024, 256 at the default 4096, 4,096 at 65536, about
-//     16 arcs a block), named wire.BlockName(ns, b) ("<ns>/block/<b>", b in
+//     the circle, bits = wire.BlockBits(R) (log2(R) - 2, from 6 to 14: 64
+//     blocks up to R = 256, 1,024 at the default 4096, 16,384 at 65536,
+//     about 4 arcs a block), named wire.BlockName(ns, b) ("<ns>/block/<b>", b in
 //     decimal). Block b holds wire.ArcBlock(ns, bits, b, arcs): every arc of
 //     the view whose end lies in it (wire.BlockOf, the end's top bits), in
 //     ring order, and its bit count. Every namespace always has all of
@@ -32,7 +32,7 @@
 // replaces, and every commit was pushed at once to every stream. With 500
 // owners and 2,000 lookups at ring size 4096 that took the manager to
 // 3.7 GB and it never converged (hence also the coalescing below). Blocks bound that state
-// to at most 4,096 entries per stream (and a Lookup stream keeps none of
+// to at most 16,384 entries per stream (and a Lookup stream keeps none of
 // its own: see Memory), and a change still resends only the blocks it
 // touches (a move of one arc, one block; a join, the few blocks its arcs
 // fall in), where one resource for the whole table would resend all of it
@@ -42,8 +42,10 @@
 // leaving at R = 65536 touched 52 of the 64 blocks with its 131 arcs, so
 // every lookup received and decoded about 3 MB of a 3.6 MB table for 131
 // changed arcs, and a change took seconds to reach 2,000 lookups. At 16
-// arcs a block the same leave sends its 131 blocks, about 115 KB
-// (TestBlocksSizedByRing). R reaches the table with the namespace's ring
+// arcs a block the same leave sent its 131 blocks, about 115 KB; at 4,
+// about 34 KB (TestBlocksSizedByRing), and a whole table of 4.3 MB where
+// it was 3.7 MB: the more blocks, the more envelopes, so 4 arcs a block
+// and not 1. R reaches the table with the namespace's ring
 // view, which the manager gives before the namespace's first view; a
 // table that published a view before hearing R (an observer that passed
 // no ring) sizes the blocks by that view's length, and cuts them anew at
@@ -54,8 +56,9 @@
 // Every push to a Lookup stream is computed from what changed: each
 // ArcBlock cache remembers the names its last 64 updates set or deleted,
 // and a Lookup stream that holds the cache's versions as of one of them
-// compares only those names (typeCache.lookupChanges), not 4,096 blocks
-// per stream per push.
+// compares only those names (typeCache.lookupChanges), not 16,384 blocks
+// per stream per push; and the streams that hold the same versions share
+// one answer (typeCache.lookupAnswerFor, see Memory).
 //
 // A block's version is the LSN (the version NamespaceView is given), in
 // decimal, of the published view in which its content last changed. Each
@@ -110,10 +113,16 @@
 // writes a response's own fields and each resource's envelope fresh (about
 // 11 KB for 64 blocks, four times that for the 256 blocks of R = 4096) and sends each block's bytes from the shared Any
 // itself; the manager's RSS under 500 owners and 2,000 lookups went from
-// 1.7 GB to about 220 MB. A resource of 512 bytes or more is marshaled
-// once more cheaply still: behind its whole delta envelope, in one array
-// whose tail is the Any's value, so a response of 64 blocks is its head
-// and 64 shared slices (about 3 KB per stream).
+// 1.7 GB to about 220 MB. Every resource is marshaled once more cheaply
+// still: behind its whole delta envelope, in one array whose tail is the
+// Any's value, so a response of 64 blocks is its head and 64 shared slices.
+// And since every Lookup stream that holds one epoch's versions (or none)
+// needs the same answer, the cache lists that answer once per update and
+// encodes each of its parts once, the resources' frames one after the
+// other (frameIndex.addBody): a push to 2,000 streams is then 2,000 heads
+// and one shared slice, where listing, sorting and framing 131 blocks per
+// stream took the cache half a second at R = 65536, holding its lock, and
+// 2,000 Lookups starting at once had 16,384 envelopes each written.
 //
 // A Lookup's stream (gRPC metadata wire.ClientKindKey = wire.ClientLookup)
 // is served by serveLookup rather than go-control-plane's delta handler:

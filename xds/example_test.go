@@ -25,10 +25,11 @@ func Example() {
 
 	// What the manager calls as raft applies changes, and on the leader
 	// every heartbeat interval. The ring comes first: its ring size, 4096,
-	// sizes the blocks the lease table is served in (wire.BlockBits: 8
-	// bits, 256 blocks of about 16 arcs each). The first view is published
-	// at once, as 256 blocks at version "1": the free arc (2^63,0] in block
-	// 0, a's arc (0,2^63] in block 128, the other 254 blocks empty.
+	// sizes the blocks the lease table is served in (wire.BlockBits: 10
+	// bits, 1,024 blocks of about 4 arcs each). The first view is
+	// published at once, as 1,024 blocks at version "1": the free arc
+	// (2^63,0] in block 0, a's arc (0,2^63] in block 512, the other 1,022
+	// blocks empty.
 	table.NamespaceRing("orders", lease.RingView{RingSize: 4096, Header: "X-Fuge-Key",
 		Owners: []lease.RingOwner{{Name: "a", Addr: "10.0.0.1:8080", VNodes: 4096}}}, 1)
 	table.NamespaceView("orders", []lease.Entry{
@@ -40,7 +41,7 @@ func Example() {
 
 	// A view that follows within xds.FlushInterval is kept until the
 	// interval has passed, or until the next heartbeat, which publishes it
-	// first (only block 128 changes, at version "2").
+	// first (only block 512 changes, at version "2").
 	table.NamespaceView("orders", []lease.Entry{
 		{Range: ring.Range{Start: 1 << 63, End: 0}, Gen: 1},
 		{Range: ring.Range{Start: 0, End: 1 << 63}, Owner: "b", Addr: "10.0.0.2:8080", Gen: 3},
@@ -50,7 +51,7 @@ func Example() {
 
 	fmt.Printf("%+v\n", table.Stats())
 	// Output:
-	// type.googleapis.com/fuge.v1.ArcBlock 256 orders/block/128
+	// type.googleapis.com/fuge.v1.ArcBlock 1024 orders/block/512
 	// {Namespaces:1 Streams:0 Refused:0 Pushes:0 NACKs:0 BadViews:1 Views:2 Flushes:2 BadRings:0 Rings:1 RingPushes:1}
 }
 

@@ -739,12 +739,12 @@ func (x *Arc) GetMigratedFrom() uint64 {
 // xDS, as type.googleapis.com/fuge.v1.ArcBlock: the circle is cut into
 // 2^block_bits blocks by the top block_bits bits of a position, and block b
 // holds every arc whose end lies in it, in ring order. block_bits follows
-// the ring size R (log2(R) - 4, from 6 to 12: about 16 arcs a block), so a
+// the ring size R (log2(R) - 2, from 6 to 14: about 4 arcs a block), so a
 // change of a few arcs resends a few small blocks whatever R is. It is
 // named "<namespace>/block/<b>" (b in decimal) and versioned by the log
 // sequence number of its last change. One resource per arc would make
 // every lookup stream keep a version per arc on the manager, far too much
-// with thousands of lookups; blocks keep that to at most 4,096, and a
+// with thousands of lookups; blocks keep that to at most 16,384, and a
 // change still resends only the blocks it touches.
 type ArcBlock struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`

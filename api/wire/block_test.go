@@ -10,15 +10,15 @@ import (
 	"github.com/fuge-project/fuge/ring"
 )
 
-// TestBlockBits checks the block sizes by ring size: about 16 arcs a
-// block, from 64 blocks up to 4,096.
+// TestBlockBits checks the block sizes by ring size: about 4 arcs a
+// block, from 64 blocks up to 16,384.
 func TestBlockBits(t *testing.T) {
 	for _, tt := range []struct {
 		ringSize int
 		want     uint32
 	}{
-		{0, 6}, {1, 6}, {64, 6}, {1024, 6}, {1025, 7}, {2048, 7}, {4096, 8},
-		{16384, 10}, {65536, 12}, {1 << 20, 12}, {ring.MaxRingSize, 12},
+		{0, 6}, {1, 6}, {64, 6}, {256, 6}, {257, 7}, {1024, 8}, {1025, 9}, {2048, 9},
+		{4096, 10}, {16384, 12}, {65536, 14}, {1 << 20, 14}, {ring.MaxRingSize, 14},
 	} {
 		if got := BlockBits(tt.ringSize); got != tt.want {
 			t.Errorf("BlockBits(%d) = %d, want %d", tt.ringSize, got, tt.want)

@@ -292,22 +292,23 @@ const (
 
 // The lease table is served over xDS (fuge.v1.ArcBlock) cut into 2^bits
 // blocks by the top bits of each arc's end, bits chosen from the ring size
-// R so that a block holds about 16 arcs: a change of a few arcs re-sends a
-// few blocks of about 1 KB each, where 64 fixed blocks made one leaving
-// owner of 500 at R = 65536 re-send 52 of 64 blocks (3 MB of a 3.7 MB
-// table) for 131 changed arcs. Every block carries its bit count, so a
-// lookup can check what it holds.
+// R so that a block holds about 4 arcs: a change of a few arcs re-sends a
+// few blocks of about 250 bytes each, where 64 fixed blocks made one
+// leaving owner of 500 at R = 65536 re-send 52 of 64 blocks (3 MB of a
+// 3.7 MB table) for 131 changed arcs, and blocks of 16 arcs 131 blocks of
+// 1 KB. Every block carries its bit count, so a lookup can check what it
+// holds. The arcs of a block leave their namespace out: the block names it.
 const (
 	MinBlockBits = 6  // 64 blocks: rings of up to 1024 entries
-	MaxBlockBits = 12 // 4,096 blocks: rings of 65536 entries and more
+	MaxBlockBits = 14 // 16,384 blocks: rings of 65536 entries and more
 )
 
 // BlockBits is the bit count of the blocks of a ring of ringSize entries:
-// log2(ringSize) - 4, clamped to [MinBlockBits, MaxBlockBits]. A ring size
+// log2(ringSize) - 2, clamped to [MinBlockBits, MaxBlockBits]. A ring size
 // that is not a power of two counts as the next one.
 func BlockBits(ringSize int) uint32 {
 	k := uint32(bits.Len(uint(max(ringSize, 1) - 1))) // ceil(log2)
-	return min(max(k, MinBlockBits+4)-4, MaxBlockBits)
+	return min(max(k, MinBlockBits+2)-2, MaxBlockBits)
 }
 
 // BlockOf is the block holding an arc that ends at end: its top bits bits.
@@ -333,7 +334,7 @@ func BlockName(ns string, b uint32) string { return fmt.Sprintf("%s/block/%d", n
 func ArcBlock(ns string, bits, b uint32, es []lease.Entry) *fugev1.ArcBlock {
 	out := &fugev1.ArcBlock{Namespace: ns, Block: b, BlockBits: bits, Arcs: make([]*fugev1.Arc, len(es))}
 	for i, e := range es {
-		out.Arcs[i] = Arc(ns, e)
+		out.Arcs[i] = Arc("", e)
 	}
 	return out
 }
