@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/fuge-project/fuge/api/wire"
 	"github.com/fuge-project/fuge/lease"
@@ -123,4 +124,87 @@ func TestSpliceBlocksMatchesWhole(t *testing.T) {
 		t.Fatal("no block of another cut was refused: the check never ran")
 	}
 	t.Logf("%d of 3000 misfitting blocks refused", refused)
+}
+
+// BenchmarkApplyPush measures what a Lookup does with a push at R = 65536
+// of one leaving owner's arcs (131 of 500 owners' arcs, in as many blocks):
+// changes applies the touched blocks as changes (spliceBlocks, then the
+// core's changes), whole builds the table from every block and has the
+// core diff it as a snapshot, as every push was applied before.
+func BenchmarkApplyPush(b *testing.B) {
+	const R = 65536
+	bits := wire.BlockBits(R)
+	step := uint64(1) << (64 - 16) // 2^64 / R
+	es := make([]lease.Entry, R)
+	for i := range es {
+		o := fmt.Sprint("owner-", i%500)
+		es[i] = lease.Entry{Range: ring.Range{Start: uint64(i) * step, End: uint64(i+1) * step}, Owner: o, Addr: o + ":80", Gen: 5}
+	}
+	es[R-1].Range.End = 0
+	next := slices.Clone(es)
+	var touched []uint32
+	for i := 7; i < R; i += R / 131 {
+		next[i].Owner, next[i].Addr, next[i].Gen = "heir", "heir:80", 9
+		touched = append(touched, wire.BlockOf(next[i].Range.End, bits))
+	}
+	touched = slices.Compact(touched)
+	// es ends at 0 in its last arc: sorted by end, it comes first.
+	byEnd := func(t []lease.Entry) []lease.Entry {
+		return append([]lease.Entry{t[len(t)-1]}, t[:len(t)-1]...)
+	}
+	es, next = byEnd(es), byEnd(next)
+	blocks := blocksOf(next, bits)
+	names := blockNames("ns", bits)
+	held := map[string]heldBlock{}
+	for k, name := range names {
+		held[name] = heldBlock{entries: blocks[uint32(k)], bits: bits}
+	}
+	newCore := func(b *testing.B) *Core {
+		c, err := NewCore(CoreConfig{Namespace: "ns"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Step(lease.LookupResponse{Namespace: "ns", ManagerNonce: 1, Snapshot: true, LSN: 1, Entries: es}, time.Time{})
+		return c
+	}
+	b.Run("changes", func(b *testing.B) {
+		c := newCore(b)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			_, changes, err := spliceBlocks(es, bits, touched, func(k uint32) []lease.Entry { return blocks[k] })
+			if err != nil {
+				b.Fatal(err)
+			}
+			lsn := uint64(i) + 1
+			for k := range changes {
+				changes[k].LSN = lsn + 1
+			}
+			out := c.Step(lease.LookupResponse{Namespace: "ns", ManagerNonce: 1, FromLSN: lsn, LSN: lsn + 1, Changes: changes}, time.Time{})
+			if i == 0 && len(out.Loss) == 0 {
+				b.Fatal("no loss signalled")
+			}
+			b.StopTimer()
+			c = newCore(b) // back to the old table, at the next LSN
+			c.lsn = lsn + 1
+			b.StartTimer()
+		}
+	})
+	b.Run("whole", func(b *testing.B) {
+		c := newCore(b)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			t, err := tableOf(names, held, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out := c.Step(lease.LookupResponse{Namespace: "ns", ManagerNonce: 1, Snapshot: true, LSN: uint64(i) + 2, Entries: t}, time.Time{})
+			if i == 0 && len(out.Loss) == 0 {
+				b.Fatal("no loss signalled")
+			}
+			b.StopTimer()
+			c = newCore(b)
+			c.lsn = uint64(i) + 1
+			b.StartTimer()
+		}
+	})
 }
