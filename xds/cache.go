@@ -447,7 +447,7 @@ func (w deltaWatch) answer(c *typeCache, force bool) bool {
 	}
 	if w.lookup != nil {
 		a := c.lookupAnswerFor(w.lookup)
-		if !force && len(a.rs) == 0 && len(a.removed) == 0 {
+		if !force && a.empty() {
 			return false
 		}
 		w.lookup.returned = c.wildcardVersions()
@@ -492,9 +492,8 @@ func (w deltaWatch) answer(c *typeCache, force bool) bool {
 // wire.MaxLookupResponseBytes (a resource larger than that alone in its
 // part; see wire.MorePartsSuffix), and the names removed.
 type lookupAnswer struct {
-	rs      []*discovery.Resource
+	parts   [][]*discovery.Resource // never empty; only the last part may be
 	removed []string
-	cuts    []int // the end of each part in rs
 }
 
 // lookupAnswerFor is the answer to a Lookup stream's subscription.
@@ -519,38 +518,29 @@ func (c *typeCache) lookupAnswerFor(sub *lookupSub) *lookupAnswer {
 	}
 	var changed, removed []string
 	if sub.epoch == 0 && len(sub.returned) == 0 {
-		changed = make([]string, 0, len(c.res))
-		for name, r := range c.res {
-			if !r.explicit {
-				changed = append(changed, name)
-			}
-		}
-		slices.Sort(changed)
+		changed = c.scope(sub)
 	} else {
 		changed, removed = c.lookupChanges(sub)
 	}
-	a := &lookupAnswer{rs: make([]*discovery.Resource, len(changed)), removed: removed}
-	size := 0
-	var framed [][]byte
+	rs := make([]*discovery.Resource, len(changed))
+	a := &lookupAnswer{removed: removed}
+	from, size := 0, 0
 	for i, name := range changed {
 		r := c.res[name]
-		a.rs[i] = r.delta
+		rs[i] = r.delta
 		n := r.wireSize()
-		if i > 0 && size+n > wire.MaxLookupResponseBytes {
-			a.cuts = append(a.cuts, i)
-			size = 0
+		if i > from && size+n > wire.MaxLookupResponseBytes {
+			a.parts = append(a.parts, rs[from:i:i])
+			from, size = i, 0
 		}
 		size += n
-		framed = append(framed, r.framed)
 	}
-	a.cuts = append(a.cuts, len(a.rs))
+	a.parts = append(a.parts, rs[from:])
 	if !shared {
 		return a
 	}
-	from := 0
-	for _, to := range a.cuts {
-		c.frames.addBody(a.rs[from:to], framed[from:to])
-		from = to
+	for _, p := range a.parts {
+		c.frames.addBody(p)
 	}
 	if c.answers == nil {
 		c.answers = map[uint64]*lookupAnswer{}
@@ -559,32 +549,33 @@ func (c *typeCache) lookupAnswerFor(sub *lookupSub) *lookupAnswer {
 	return a
 }
 
+// empty reports whether a sends nothing.
+func (a *lookupAnswer) empty() bool {
+	return len(a.parts) == 1 && len(a.parts[0]) == 0 && len(a.removed) == 0
+}
+
 // forget removes a's bodies from the frame index.
 func (a *lookupAnswer) forget(x *frameIndex) {
-	from := 0
-	for _, to := range a.cuts {
-		x.removeBody(a.rs[from:to])
-		from = to
+	for _, p := range a.parts {
+		x.removeBody(p)
 	}
 }
 
 // responses are a's parts as one stream's responses: each its own message
 // (the stream sets its nonce), their resources a's.
 func (a *lookupAnswer) responses(req *cache.DeltaRequest, version, typeURL string, returned map[string]string) []*deltaResponse {
-	out := make([]*deltaResponse, len(a.cuts))
-	from := 0
-	for i, to := range a.cuts {
+	out := make([]*deltaResponse, len(a.parts))
+	for i, p := range a.parts {
 		r := &deltaResponse{req: req, returned: returned, resp: &discovery.DeltaDiscoveryResponse{
 			SystemVersionInfo: version + wire.MorePartsSuffix,
 			TypeUrl:           typeURL,
-			Resources:         a.rs[from:to:to],
+			Resources:         p,
 		}}
-		if i == len(a.cuts)-1 {
+		if i == len(a.parts)-1 {
 			r.resp.SystemVersionInfo = version
 			r.resp.RemovedResources = a.removed
 		}
 		out[i] = r
-		from = to
 	}
 	return out
 }

@@ -47,16 +47,17 @@ func (x *frameIndex) remove(r *resource) {
 // carrying exactly rs (the same slice: its first element's address and its
 // length) as its head and this one shared slice (lookupAnswerFor). Nothing
 // is indexed if a resource has no frame.
-func (x *frameIndex) addBody(rs []*discovery.Resource, frames [][]byte) {
+func (x *frameIndex) addBody(rs []*discovery.Resource) {
 	if x == nil || len(rs) == 0 {
 		return
 	}
+	frames := make([][]byte, len(rs))
 	n := 0
-	for _, f := range frames {
-		if f == nil {
+	for i, r := range rs {
+		if frames[i] = x.get(r); frames[i] == nil {
 			return
 		}
-		n += len(f)
+		n += len(frames[i])
 	}
 	body := make([]byte, 0, n)
 	for _, f := range frames {
@@ -157,16 +158,20 @@ func marshalDelta(m *discovery.DeltaDiscoveryResponse, frames *frameIndex) (mem.
 	if len(m.ProtoReflect().GetUnknown()) > 0 {
 		return nil, false
 	}
-	shared := 0
-	for _, r := range m.Resources {
-		if !plainResource(r) {
+	// A response with an indexed body carries a cache's resources, which
+	// are plain (their frames are the body): it is not looked through.
+	body := frames.body(m.Resources)
+	if body == nil {
+		shared := 0
+		for _, r := range m.Resources {
+			if !plainResource(r) {
+				return nil, false
+			}
+			shared += len(r.Resource.GetValue())
+		}
+		if shared < shareAbove {
 			return nil, false
 		}
-		shared += len(r.Resource.GetValue())
-	}
-	body := frames.body(m.Resources)
-	if shared < shareAbove && body == nil {
-		return nil, false
 	}
 	head := &discovery.DeltaDiscoveryResponse{
 		SystemVersionInfo:    m.SystemVersionInfo,
