@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,6 +62,9 @@ type Manager struct {
 	CertDir string
 
 	adminHTTP *http.Client // with an admin certificate under TLS
+
+	mu     sync.Mutex
+	owners map[string]*ownerguard.Owner // the latest started by Owner, by name, until closed at cleanup
 }
 
 // AdminURL is the admin API's URL for path (https under TLS).
@@ -178,9 +183,42 @@ func (m *Manager) Owner(t testing.TB, name, addr string, onOwnership func(grante
 	if err := o.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { o.Close() })
+	m.mu.Lock()
+	if m.owners == nil {
+		m.owners = map[string]*ownerguard.Owner{}
+	}
+	m.owners[name] = o
+	m.mu.Unlock()
+	t.Cleanup(func() {
+		o.Close()
+		m.mu.Lock()
+		if m.owners[name] == o {
+			delete(m.owners, name)
+		}
+		m.mu.Unlock()
+	})
 	Wait(t, "owner "+name+" ready", o.Ready())
 	return o
+}
+
+// holds reports whether the owner named name, if Owner started it, holds
+// arc (which ends at its End) under the arc's generation: a grant is in
+// the table, and so in the lookups' view, once committed, and reaches its
+// owner a round trip later (later still while the manager waits for the
+// owner's answer to its last message).
+func (m *Manager) holds(a Arc) bool {
+	m.mu.Lock()
+	o := m.owners[a.Owner]
+	m.mu.Unlock()
+	if o == nil {
+		return true
+	}
+	end, err := strconv.ParseUint(a.End, 16, 64)
+	if err != nil {
+		return false
+	}
+	hd, ok := o.GetOwnershipHandle(end)
+	return ok && uint64(hd.Gen) == a.Generation
 }
 
 // Lookup starts a Lookup on the namespace and waits until it holds the
@@ -205,21 +243,22 @@ func (m *Manager) Lookup(t testing.TB, name string, onLoss func([]ring.Range, bo
 
 // Settled waits until every arc of the namespace is granted (by the
 // manager's admin API) to one of the named owners, each owner holds some,
-// and lookup shows exactly that table.
+// each owner that Owner started holds its arcs itself (it has received
+// the grants), and lookup shows exactly that table.
 func (m *Manager) Settled(t testing.TB, l *lb.Lookup, owners ...string) {
 	t.Helper()
 	want := map[string]bool{}
 	for _, o := range owners {
 		want[o] = true
 	}
-	Eventually(t, "every arc granted and seen by the lookup", func() bool {
+	Eventually(t, "every arc granted, held by its owner and seen by the lookup", func() bool {
 		arcs, err := m.Arcs()
 		if err != nil {
 			return false
 		}
 		seen := map[string]bool{}
 		for _, a := range arcs {
-			if a.State != "granted" || !want[a.Owner] {
+			if a.State != "granted" || !want[a.Owner] || !m.holds(a) {
 				return false
 			}
 			seen[a.Owner] = true
