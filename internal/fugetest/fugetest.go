@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -48,6 +47,10 @@ type Options struct {
 	// UnsafeNoInputChecks is manager.ServerConfig.UnsafeNoInputChecks: only
 	// for the hostile-client tests' negative controls.
 	UnsafeNoInputChecks bool
+	// Timeout bounds Settled; default DefaultTimeout. It guards against a
+	// hang, it does not measure speed: a test at R = 65536 under the race
+	// detector on a loaded machine needs more.
+	Timeout time.Duration
 }
 
 // Manager is a running single-node manager.
@@ -60,6 +63,8 @@ type Manager struct {
 	T        time.Duration
 	// CertDir holds the CA and certificates when Options.TLS is set.
 	CertDir string
+	// Timeout bounds Settled (Options.Timeout).
+	Timeout time.Duration
 
 	adminHTTP *http.Client // with an admin certificate under TLS
 
@@ -91,6 +96,9 @@ func StartManager(t testing.TB, o Options) *Manager {
 	}
 	if o.T == 0 {
 		o.T = 2 * time.Second
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
 	}
 	cfg := manager.DefaultServerConfig()
 	cfg.NodeID = "m1"
@@ -133,7 +141,7 @@ func StartManager(t testing.TB, o Options) *Manager {
 	}
 	t.Cleanup(s.Kill)
 	_, g, h := s.Addrs()
-	m := &Manager{Server: s, Table: lt, GRPCAddr: g, HTTPAddr: h, NS: o.Namespace, T: o.T, CertDir: certs, adminHTTP: http.DefaultClient}
+	m := &Manager{Server: s, Table: lt, GRPCAddr: g, HTTPAddr: h, NS: o.Namespace, T: o.T, Timeout: o.Timeout, CertDir: certs, adminHTTP: http.DefaultClient}
 	if certs != "" {
 		m.adminHTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: m.Source(t, fugetls.AdminID("test")).ClientConfig(fugetls.RoleManager)}}
 	}
@@ -202,23 +210,19 @@ func (m *Manager) Owner(t testing.TB, name, addr string, onOwnership func(grante
 }
 
 // holds reports whether the owner named name, if Owner started it, holds
-// arc (which ends at its End) under the arc's generation: a grant is in
-// the table, and so in the lookups' view, once committed, and reaches its
-// owner a round trip later (later still while the manager waits for the
-// owner's answer to its last message).
-func (m *Manager) holds(a Arc) bool {
+// the arc that ends at end under generation gen: a grant is in the table,
+// and so in the lookups' view, once committed, and reaches its owner a
+// round trip later (later still while the manager waits for the owner's
+// answer to its last message).
+func (m *Manager) holds(name string, end uint64, gen uint64) bool {
 	m.mu.Lock()
-	o := m.owners[a.Owner]
+	o := m.owners[name]
 	m.mu.Unlock()
 	if o == nil {
 		return true
 	}
-	end, err := strconv.ParseUint(a.End, 16, 64)
-	if err != nil {
-		return false
-	}
 	hd, ok := o.GetOwnershipHandle(end)
-	return ok && uint64(hd.Gen) == a.Generation
+	return ok && uint64(hd.Gen) == gen
 }
 
 // Lookup starts a Lookup on the namespace and waits until it holds the
@@ -245,33 +249,37 @@ func (m *Manager) Lookup(t testing.TB, name string, onLoss func([]ring.Range, bo
 // manager's admin API) to one of the named owners, each owner holds some,
 // each owner that Owner started holds its arcs itself (it has received
 // the grants), and lookup shows exactly that table.
+//
+// It polls the lookup and the owners, which are in this process, and asks
+// the admin API only once they agree: at R = 65536 the lease table is tens
+// of thousands of arcs, which under the race detector on a loaded machine
+// took the manager seconds to list, and polling it every few milliseconds
+// kept the manager too busy to settle.
 func (m *Manager) Settled(t testing.TB, l *lb.Lookup, owners ...string) {
 	t.Helper()
 	want := map[string]bool{}
 	for _, o := range owners {
 		want[o] = true
 	}
-	Eventually(t, "every arc granted, held by its owner and seen by the lookup", func() bool {
-		arcs, err := m.Arcs()
-		if err != nil {
-			return false
-		}
+	EventuallyWithin(t, m.Timeout, "every arc granted, held by its owner and seen by the lookup", func() bool {
+		got := l.Entries()
 		seen := map[string]bool{}
-		for _, a := range arcs {
-			if a.State != "granted" || !want[a.Owner] || !m.holds(a) {
+		for _, e := range got {
+			if !want[e.Owner] || !m.holds(e.Owner, e.Range.End, uint64(e.Gen)) {
 				return false
 			}
-			seen[a.Owner] = true
+			seen[e.Owner] = true
 		}
 		if len(seen) != len(want) {
 			return false
 		}
-		got := l.Entries()
-		if len(got) != len(arcs) {
+		arcs, err := m.Arcs()
+		if err != nil || len(got) != len(arcs) {
 			return false
 		}
 		for i, e := range got {
-			if e.Owner != arcs[i].Owner || uint64(e.Gen) != arcs[i].Generation {
+			a := arcs[i]
+			if a.State != "granted" || e.Owner != a.Owner || uint64(e.Gen) != a.Generation || fmt.Sprintf("%016x", e.Range.End) != a.End {
 				return false
 			}
 		}
@@ -304,15 +312,28 @@ func (m *Manager) Arcs() ([]Arc, error) {
 	return out.Arcs, nil
 }
 
-// Eventually polls cond until it holds or DefaultTimeout passes.
+// Eventually polls cond until it holds or DefaultTimeout passes. It waits
+// 2 ms between polls, or four times as long as the last poll took, so that
+// a costly condition (a table of tens of thousands of arcs under the race
+// detector) takes at most a fifth of a core from what it waits for.
 func Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(DefaultTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	EventuallyWithin(t, DefaultTimeout, what, cond)
+}
+
+// EventuallyWithin is Eventually with a deadline of its own.
+func EventuallyWithin(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		start := time.Now()
+		if cond() {
+			return
 		}
-		time.Sleep(2 * time.Millisecond) // polling interval, not a guess at a duration
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(max(2*time.Millisecond, 4*time.Since(start))) // polling interval, not a guess at a duration
 	}
 }
 

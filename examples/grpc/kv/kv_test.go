@@ -81,11 +81,17 @@ func throughXDS(t *testing.T, r int, withTLS bool) {
 	// A longer lease at R = 65536: an owner request there costs the
 	// manager milliseconds (tens under -race), and renewals every 0.5 s
 	// would let leases lapse on a loaded machine.
-	T := 2 * time.Second
+	//
+	// The waits guard against a hang; they measure nothing. Settling at
+	// R = 65536 (half of the ring's 65,536 vnodes moving to the second
+	// server) took 2 s without the race detector and 16-29 s with it beside
+	// two busy loops on this 2-core machine, so it gets more than the
+	// default 30 s.
+	T, wait := 2*time.Second, defaultTestTimeout
 	if r > 4096 {
-		T = 10 * time.Second
+		T, wait = 10*time.Second, 2*time.Minute
 	}
-	m := fugetest.StartManager(t, fugetest.Options{RingSize: r, T: T, TLS: withTLS})
+	m := fugetest.StartManager(t, fugetest.Options{RingSize: r, T: T, TLS: withTLS, Timeout: wait})
 	for _, name := range []string{"s1", "s2"} {
 		ln := listen(t)
 		o := m.Owner(t, name, ln.Addr().String(), nil)
@@ -103,7 +109,7 @@ func throughXDS(t *testing.T, r int, withTLS bool) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 
 	per := map[string]int{}
@@ -125,7 +131,7 @@ func throughXDS(t *testing.T, r int, withTLS bool) {
 			t.Fatalf("key %s answered with owner %v and generation %v, want one of each", k, o, g)
 		}
 		var want lease.Entry
-		fugetest.Eventually(t, "the lookup to name "+o[0]+" under generation "+g[0]+" for "+k+", as the answer did", func() bool {
+		fugetest.EventuallyWithin(t, wait, "the lookup to name "+o[0]+" under generation "+g[0]+" for "+k+", as the answer did", func() bool {
 			for _, e := range l.Entries() {
 				if e.Range.Contains(ring.HashString(k)) {
 					want = e
