@@ -751,7 +751,7 @@ type ArcBlock struct {
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	Block     uint32                 `protobuf:"varint,2,opt,name=block,proto3" json:"block,omitempty"`
 	Arcs      []*Arc                 `protobuf:"bytes,3,rep,name=arcs,proto3" json:"arcs,omitempty"`
-	// The bit count of the blocks this one is among: from 6 to 12; every
+	// The bit count of the blocks this one is among: from 6 to 14; every
 	// block of a namespace has the same.
 	BlockBits     uint32 `protobuf:"varint,10,opt,name=block_bits,json=blockBits,proto3" json:"block_bits,omitempty"`
 	unknownFields protoimpl.UnknownFields
