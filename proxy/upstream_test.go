@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -165,7 +166,8 @@ func TestPoolWaitsForAConnection(t *testing.T) {
 	if c := recv(t, "the handed-over connection", got); c != busy {
 		t.Fatalf("waiter got %p, want %p", c, busy)
 	}
-	// A discarded connection hands its slot to a waiter, which dials.
+	// A discarded connection frees its slot, and the pool dials in it for
+	// the waiter.
 	go func() {
 		c, _, err := p.get(time.Now(), time.Now().Add(defaultTestTimeout))
 		if err != nil {
@@ -181,6 +183,159 @@ func TestPoolWaitsForAConnection(t *testing.T) {
 	if p.open != 1 {
 		t.Fatalf("%d open, want 1", p.open)
 	}
+}
+
+// TestPoolWaiterTakesFirstConnection: a request that finds no idle
+// connection takes whichever comes first, a connection put back or the one
+// the pool dials for it; the other goes idle. (Waiting for its own dial
+// made every request behind a slow TLS handshake wait for it.)
+func TestPoolWaiterTakesFirstConnection(t *testing.T) {
+	gate := make(chan struct{})
+	dials := make(chan struct{}, 16)
+	p := newPool("owner:1", func(string) (net.Conn, error) {
+		dials <- struct{}{}
+		if len(dials) > 1 {
+			<-gate // every dial but the first waits for the test
+		}
+		a, b := net.Pipe()
+		t.Cleanup(func() { b.Close() })
+		return a, nil
+	}, nil, time.Second, 4)
+	now := time.Now()
+	busy, _, err := p.get(now, now.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *upConn)
+	go func() {
+		c, _, err := p.get(time.Now(), time.Now().Add(defaultTestTimeout))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- c
+	}()
+	fugetest.Eventually(t, "a waiting request and its dial", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.waiters) == 1 && p.dialing == 1
+	})
+	busy.readTime.Store(int64(time.Since(epoch)))
+	p.put(busy)
+	if c := recv(t, "the connection put back", got); c != busy {
+		t.Fatalf("waiter got %p, want the connection put back, %p", c, busy)
+	}
+	close(gate)
+	fugetest.Eventually(t, "the dialled connection idle", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.dialing == 0 && len(p.idle) == 1 && p.open == 2
+	})
+}
+
+// TestPoolBoundsDials: at most maxDialing dials run at once, however many
+// requests wait; once they finish, the pool dials for the requests still
+// waiting.
+func TestPoolBoundsDials(t *testing.T) {
+	gate := make(chan struct{})
+	var inFlight atomicMax
+	p := newPool("owner:1", func(string) (net.Conn, error) {
+		inFlight.add(1)
+		<-gate
+		inFlight.add(-1)
+		a, b := net.Pipe()
+		t.Cleanup(func() { b.Close() })
+		return a, nil
+	}, nil, time.Second, 100)
+	const n = 3 * maxDialing
+	got := make(chan *upConn, n)
+	for range n {
+		go func() {
+			c, _, err := p.get(time.Now(), time.Now().Add(defaultTestTimeout))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- c
+		}()
+	}
+	fugetest.Eventually(t, "every request waiting", waiters(p, n))
+	p.mu.Lock()
+	dialing := p.dialing
+	p.mu.Unlock()
+	if dialing != maxDialing {
+		t.Fatalf("%d dials under way for %d waiting requests, want %d", dialing, n, maxDialing)
+	}
+	close(gate)
+	for range n {
+		if c := recv(t, "a connection", got); c == nil {
+			t.Fatal("a waiting request got no connection")
+		}
+	}
+	if m := inFlight.max(); m > maxDialing {
+		t.Fatalf("%d dials ran at once, want at most %d", m, maxDialing)
+	}
+	fugetest.Eventually(t, "the dials finished", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.dialing == 0
+	})
+	p.mu.Lock()
+	open := p.open
+	p.mu.Unlock()
+	if open != n {
+		t.Fatalf("%d open, want %d: a dial for a request already served", open, n)
+	}
+}
+
+// TestPoolDialFailureFailsWaiters: when a dial fails, every request
+// waiting fails at once with a dial error (nothing was sent, so it may be
+// retried elsewhere), and no slot stays taken.
+func TestPoolDialFailureFailsWaiters(t *testing.T) {
+	gate := make(chan struct{})
+	p := newPool("owner:1", func(string) (net.Conn, error) {
+		<-gate
+		return nil, errors.New("connection refused")
+	}, nil, time.Second, 4)
+	const n = 3
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, _, err := p.get(time.Now(), time.Now().Add(defaultTestTimeout))
+			errs <- err
+		}()
+	}
+	fugetest.Eventually(t, "every request waiting", waiters(p, n))
+	close(gate)
+	for range n {
+		err := recv(t, "a failed request", errs)
+		var de *dialError
+		if !errors.As(err, &de) || !notSent(err) {
+			t.Fatalf("get: %v, want a dial error", err)
+		}
+	}
+	fugetest.Eventually(t, "no slot taken", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.open == 0 && p.dialing == 0 && len(p.waiters) == 0
+	})
+}
+
+// atomicMax counts and keeps the most it counted.
+type atomicMax struct {
+	mu     sync.Mutex
+	n, top int
+}
+
+func (a *atomicMax) add(d int) {
+	a.mu.Lock()
+	a.n += d
+	a.top = max(a.top, a.n)
+	a.mu.Unlock()
+}
+
+func (a *atomicMax) max() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.top
 }
 
 // waiters reports whether p has n requests waiting.
