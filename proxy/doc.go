@@ -17,7 +17,11 @@
 //
 // The request goes to the owner over a pool of keep-alive connections of
 // its own (MaxConnsPerOwner at most), created on first use and dropped when
-// the owner leaves the table; the proxy writes the request and reads the
+// the owner leaves the table. A request that finds no idle connection takes
+// whichever comes first, one put back by another request or one the pool
+// dials for it (at most 4 dials at once per owner), so that it never waits
+// for a dial, a TLS handshake above all, when a connection frees up sooner;
+// a failed dial fails the requests waiting as refused. The proxy writes the request and reads the
 // answer with HTTP/1.1 framing of its own (see "The owner side"). Under
 // the lease ring the proxy stamps Fuge-Generation with the generation it
 // routed under, so that an owner that has not yet heard of its grant
