@@ -45,8 +45,9 @@ type session struct {
 	names    []string             // the namespace's block names at bits, by number
 	held     map[string]heldBlock // blocks held, by name, all of bits
 	// table is the table last applied, the arcs of the blocks held then
-	// in ring order, at the core's LSN (lsn); nil before the first, or when
-	// the next must be built whole (as after a step the core did not take). touched are the blocks set or removed since (by number, of
+	// in ring order, at the core's LSN (lsn); nil before the first, or
+	// when the next must be built whole (as after a step the core did not
+	// take). touched are the blocks set or removed since (by number, of
 	// bits): the next table is table with those blocks' arcs replaced.
 	table   []lease.Entry
 	touched map[uint32]struct{}

@@ -108,8 +108,7 @@ func TestOwnerConnectionReuse(t *testing.T) {
 func TestPoolIdleExpiry(t *testing.T) {
 	var dialled []net.Conn
 	p := newPool("owner:1", func(string) (net.Conn, error) {
-		a, b := net.Pipe()
-		t.Cleanup(func() { b.Close() })
+		a := pipeConn(t)
 		dialled = append(dialled, a)
 		return a, nil
 	}, nil, time.Second, 2)
@@ -141,9 +140,7 @@ func TestPoolIdleExpiry(t *testing.T) {
 // one to be put back, or gives up at its deadline with errNoFreeConns.
 func TestPoolWaitsForAConnection(t *testing.T) {
 	p := newPool("owner:1", func(string) (net.Conn, error) {
-		a, b := net.Pipe()
-		t.Cleanup(func() { b.Close() })
-		return a, nil
+		return pipeConn(t), nil
 	}, nil, time.Second, 1)
 	now := time.Now()
 	busy, _, err := p.get(now, now.Add(time.Second))
@@ -197,9 +194,7 @@ func TestPoolWaiterTakesFirstConnection(t *testing.T) {
 		if len(dials) > 1 {
 			<-gate // every dial but the first waits for the test
 		}
-		a, b := net.Pipe()
-		t.Cleanup(func() { b.Close() })
-		return a, nil
+		return pipeConn(t), nil
 	}, nil, time.Second, 4)
 	now := time.Now()
 	busy, _, err := p.get(now, now.Add(time.Second))
@@ -214,22 +209,14 @@ func TestPoolWaiterTakesFirstConnection(t *testing.T) {
 		}
 		got <- c
 	}()
-	fugetest.Eventually(t, "a waiting request and its dial", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.waiters) == 1 && p.dialing == 1
-	})
+	fugetest.Eventually(t, "a waiting request and its dial", locked(p, func() bool { return len(p.waiters) == 1 && p.dialing == 1 }))
 	busy.readTime.Store(int64(time.Since(epoch)))
 	p.put(busy)
 	if c := recv(t, "the connection put back", got); c != busy {
 		t.Fatalf("waiter got %p, want the connection put back, %p", c, busy)
 	}
 	close(gate)
-	fugetest.Eventually(t, "the dialled connection idle", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.dialing == 0 && len(p.idle) == 1 && p.open == 2
-	})
+	fugetest.Eventually(t, "the dialled connection idle", locked(p, func() bool { return p.dialing == 0 && len(p.idle) == 1 && p.open == 2 }))
 }
 
 // TestPoolBoundsDials: at most maxDialing dials run at once, however many
@@ -237,14 +224,12 @@ func TestPoolWaiterTakesFirstConnection(t *testing.T) {
 // waiting.
 func TestPoolBoundsDials(t *testing.T) {
 	gate := make(chan struct{})
-	var inFlight atomicMax
+	var inFlight peakCounter
 	p := newPool("owner:1", func(string) (net.Conn, error) {
 		inFlight.add(1)
 		<-gate
 		inFlight.add(-1)
-		a, b := net.Pipe()
-		t.Cleanup(func() { b.Close() })
-		return a, nil
+		return pipeConn(t), nil
 	}, nil, time.Second, 100)
 	const n = 3 * maxDialing
 	got := make(chan *upConn, n)
@@ -273,11 +258,7 @@ func TestPoolBoundsDials(t *testing.T) {
 	if m := inFlight.max(); m > maxDialing {
 		t.Fatalf("%d dials ran at once, want at most %d", m, maxDialing)
 	}
-	fugetest.Eventually(t, "the dials finished", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.dialing == 0
-	})
+	fugetest.Eventually(t, "the dials finished", locked(p, func() bool { return p.dialing == 0 }))
 	p.mu.Lock()
 	open := p.open
 	p.mu.Unlock()
@@ -312,27 +293,23 @@ func TestPoolDialFailureFailsWaiters(t *testing.T) {
 			t.Fatalf("get: %v, want a dial error", err)
 		}
 	}
-	fugetest.Eventually(t, "no slot taken", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.open == 0 && p.dialing == 0 && len(p.waiters) == 0
-	})
+	fugetest.Eventually(t, "no slot taken", locked(p, func() bool { return p.open == 0 && p.dialing == 0 && len(p.waiters) == 0 }))
 }
 
-// atomicMax counts and keeps the most it counted.
-type atomicMax struct {
+// peakCounter counts and keeps the most it counted.
+type peakCounter struct {
 	mu     sync.Mutex
 	n, top int
 }
 
-func (a *atomicMax) add(d int) {
+func (a *peakCounter) add(d int) {
 	a.mu.Lock()
 	a.n += d
 	a.top = max(a.top, a.n)
 	a.mu.Unlock()
 }
 
-func (a *atomicMax) max() int {
+func (a *peakCounter) max() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.top
@@ -340,11 +317,24 @@ func (a *atomicMax) max() int {
 
 // waiters reports whether p has n requests waiting.
 func waiters(p *connPool, n int) func() bool {
+	return locked(p, func() bool { return len(p.waiters) == n })
+}
+
+// locked is cond evaluated under p's lock.
+func locked(p *connPool, cond func() bool) func() bool {
 	return func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return len(p.waiters) == n
+		return cond()
 	}
+}
+
+// pipeConn is a connection for a pool test's dial: one end of a pipe whose
+// other end closes at cleanup.
+func pipeConn(t testing.TB) net.Conn {
+	a, b := net.Pipe()
+	t.Cleanup(func() { b.Close() })
+	return a
 }
 
 func TestLazyDeadline(t *testing.T) {

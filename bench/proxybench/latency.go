@@ -72,7 +72,7 @@ func (b *bench) latencyOnce(t *target) latRun {
 	r.OthersBefore = max(r.OthersBefore, others)
 	// A warm-up at the same rate first, as wrk's runs have: the proxies
 	// open their connections to the backends as the load needs them, and
-	// with TLS to the backends that ramp (a handshake of 1.5-1.9 ms of
+	// with TLS to the backends that ramp (a handshake of about 2 ms of
 	// CPU each on the proxy's one core) set the whole run's p99.
 	openLoop(t.addr, openRate, openConns, openWarm)
 	ol := openLoop(t.addr, openRate, openConns, b.cfg.latDur)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/fuge-project/fuge/fugetls"
 	"github.com/fuge-project/fuge/lb"
+	"github.com/fuge-project/fuge/lease"
 	"github.com/fuge-project/fuge/manager"
 	"github.com/fuge-project/fuge/ownerguard"
 	"github.com/fuge-project/fuge/ring"
@@ -209,20 +211,26 @@ func (m *Manager) Owner(t testing.TB, name, addr string, onOwnership func(grante
 	return o
 }
 
-// holds reports whether the owner named name, if Owner started it, holds
-// the arc that ends at end under generation gen: a grant is in the table,
-// and so in the lookups' view, once committed, and reaches its owner a
-// round trip later (later still while the manager waits for the owner's
-// answer to its last message).
-func (m *Manager) holds(name string, end uint64, gen uint64) bool {
+// started is the owners that Owner started and that are still open, by
+// name.
+func (m *Manager) started() map[string]*ownerguard.Owner {
 	m.mu.Lock()
-	o := m.owners[name]
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.owners)
+}
+
+// holds reports whether e's owner, if Owner started it (started), holds
+// e's arc under e's generation: a grant is in the table, and so in the
+// lookups' view, once committed, and reaches its owner a round trip later
+// (later still while the manager waits for the owner's answer to its last
+// message).
+func holds(started map[string]*ownerguard.Owner, e lease.Entry) bool {
+	o := started[e.Owner]
 	if o == nil {
 		return true
 	}
-	hd, ok := o.GetOwnershipHandle(end)
-	return ok && uint64(hd.Gen) == gen
+	hd, ok := o.GetOwnershipHandle(e.Range.End)
+	return ok && hd.Gen == e.Gen
 }
 
 // Lookup starts a Lookup on the namespace and waits until it holds the
@@ -262,10 +270,10 @@ func (m *Manager) Settled(t testing.TB, l *lb.Lookup, owners ...string) {
 		want[o] = true
 	}
 	EventuallyWithin(t, m.Timeout, "every arc granted, held by its owner and seen by the lookup", func() bool {
-		got := l.Entries()
+		got, started := l.Entries(), m.started()
 		seen := map[string]bool{}
 		for _, e := range got {
-			if !want[e.Owner] || !m.holds(e.Owner, e.Range.End, uint64(e.Gen)) {
+			if !want[e.Owner] || !holds(started, e) {
 				return false
 			}
 			seen[e.Owner] = true
