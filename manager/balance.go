@@ -201,7 +201,9 @@ func vnodeCounts(names []string, prev map[string]int, total int) []ring.Owner {
 			for i, name := range names {
 				out[i] = ring.Owner{Name: name, VNodes: prev[name]}
 			}
-			slices.SortFunc(out, func(a, b ring.Owner) int { return cmp.Compare(a.Name, b.Name) })
+			if byName := func(a, b ring.Owner) int { return cmp.Compare(a.Name, b.Name) }; !slices.IsSortedFunc(out, byName) {
+				slices.SortFunc(out, byName)
+			}
 			return out
 		}
 	}
@@ -223,19 +225,11 @@ func reapportion(prev map[string]int, names []string, total int) []ring.Owner {
 	if len(prev) == 0 || len(names) == 0 {
 		return even
 	}
-	prevNames := make([]string, 0, len(prev))
-	for name := range prev {
-		prevNames = append(prevNames, name)
+	prevOwners := make([]ring.Owner, 0, len(prev))
+	for name, v := range prev {
+		prevOwners = append(prevOwners, ring.Owner{Name: name, VNodes: v})
 	}
-	pe, err := ring.Apportion(prevNames, total)
-	if err != nil {
-		return even
-	}
-	isEven := true
-	for _, o := range pe {
-		isEven = isEven && prev[o.Name] == o.VNodes
-	}
-	if isEven {
+	if ring.IsApportioned(prevOwners, total) {
 		return even
 	}
 	avg := float64(total) / float64(len(prev))
@@ -265,11 +259,15 @@ func reapportion(prev map[string]int, names []string, total int) []ring.Owner {
 	for i := range order {
 		order[i] = i
 	}
+	hash := make([]uint64, len(out))
+	for i, o := range out {
+		hash[i] = ring.HashString(o.Name)
+	}
 	slices.SortStableFunc(order, func(a, b int) int {
 		if c := -cmp.Compare(frac[a], frac[b]); c != 0 {
 			return c
 		}
-		ha, hb := ring.HashString(out[a].Name), ring.HashString(out[b].Name)
+		ha, hb := hash[a], hash[b]
 		switch {
 		case ha < hb:
 			return -1

@@ -109,3 +109,14 @@ func BenchmarkRequest(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStorm10x measures ten times PRS's pool joining an empty
+// namespace at once: 5,000 owners at R = 8192 (make bench-manager
+// SCALE=10's start-up), the pure cores only. Each join reapportions the
+// ring among all the owners before it, so its cost per join is what grows.
+func BenchmarkStorm10x(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		convergedPool(b, 8192, 10*prsOwners)
+	}
+}

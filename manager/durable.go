@@ -249,7 +249,7 @@ func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, erro
 		for _, o := range st.Owners {
 			s := newSession(o.Name, o.Addr, o.Nonce)
 			s.draining, s.waiting, s.lastRecv, s.until = o.Draining, o.Waiting, now, until
-			n.sessions[o.Name] = s
+			n.putSession(s)
 			n.addrs[o.Name] = o.Addr
 			if o.Waiting {
 				n.waiting++

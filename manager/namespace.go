@@ -75,6 +75,9 @@ type session struct {
 	resendAt   time.Time // pending re-send after a dropped racing request
 	draining   bool
 	migAddr    string // where it serves MigrationService; "" if it cannot migrate
+	// ringMark is the namespace's ringMark when ringNames last found it
+	// among the desired ring's owners.
+	ringMark uint64
 	// waiting marks a new incarnation that replaced a live one: it is
 	// granted nothing while any arc it orphaned (orphanRanges) is left (a
 	// name is not an identity; see replace).
@@ -134,6 +137,8 @@ type namespace struct {
 	cfg            NamespaceConfig
 	hold           time.Duration
 	sessions       map[string]*session
+	byAddr         map[string][]string // the names of the sessions with each address (putSession)
+	ringMark       uint64              // ringNames's count of calls (session.ringMark)
 	retired        map[string][]uint64 // per owner name, nonces of ended incarnations
 	addrs          map[string]string   // last known address per owner name
 	desired        *ring.Ring
@@ -148,6 +153,13 @@ type namespace struct {
 	seq            uint64    // last sequence number sent to any session: monotonic per peer even when a session is re-created
 	log            changeLog
 	dirty          map[string]bool // sessions to write to at the end of the step
+	// held are the sessions whose message waits for their answer to the
+	// last (deferMessage); their answer or awaitExpiry makes them dirty
+	// again. Kept apart from dirty so that a step looks only at what it
+	// changed: in a join storm of 5,000 owners thousands wait at once, and
+	// sorting and checking all of them in every step was a third of the
+	// leader's CPU.
+	held map[string]bool
 	// dirtyOwners names the owners whose records changed in this step:
 	// publish commits theirs (or their removal), not the whole list.
 	dirtyOwners map[string]bool
@@ -184,10 +196,12 @@ func newNamespace(m *Manager, nc NamespaceConfig, now time.Time) *namespace {
 		cfg:      nc,
 		hold:     HoldDuration(nc.LeaseDuration),
 		sessions: map[string]*session{},
+		byAddr:   map[string][]string{},
 		retired:  map[string][]uint64{},
 		addrs:    map[string]string{},
 		nextGen:  1,
 		dirty:    map[string]bool{},
+		held:     map[string]bool{},
 		vnodes:   map[string]int{},
 
 		dirtyOwners: map[string]bool{},
@@ -326,7 +340,7 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 			n.membersChanged = true
 		}
 		n.ownerChanged(req.Owner)
-		n.sessions[req.Owner] = s
+		n.putSession(s)
 		if n.addrs[req.Owner] != req.Addr {
 			n.addrs[req.Owner] = req.Addr
 		}
@@ -380,12 +394,34 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 // so the desired ring (which lists the non-draining owners) must never give
 // one address to two owners.
 func (n *namespace) addrHolder(addr, name string) string {
-	for _, s := range n.sessions {
-		if s.name != name && !s.draining && s.addr == addr {
-			return s.name
+	for _, other := range n.byAddr[addr] {
+		if s := n.sessions[other]; other != name && !s.draining {
+			return other
 		}
 	}
 	return ""
+}
+
+// putSession installs s as its name's session, replacing any other, and
+// keeps byAddr, the index addrHolder reads instead of every session (a scan
+// per new session made a join storm of 5,000 owners quadratic).
+func (n *namespace) putSession(s *session) {
+	if old := n.sessions[s.name]; old != nil {
+		n.dropSession(old)
+	}
+	n.sessions[s.name] = s
+	n.byAddr[s.addr] = append(n.byAddr[s.addr], s.name)
+}
+
+// dropSession removes s, its name's session, and its address's index entry.
+func (n *namespace) dropSession(s *session) {
+	delete(n.sessions, s.name)
+	names := slices.DeleteFunc(n.byAddr[s.addr], func(name string) bool { return name == s.name })
+	if len(names) == 0 {
+		delete(n.byAddr, s.addr)
+	} else {
+		n.byAddr[s.addr] = names
+	}
 }
 
 // replace makes s, a new session, the incarnation of old's name. A name is

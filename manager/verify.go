@@ -34,7 +34,18 @@ func (n *namespace) verify() error {
 	if !ring.Equal(proj, view) {
 		return fmt.Errorf("the lookups' view (%d arcs) is not the lease table's projection (%d arcs)", view.Len(), proj.Len())
 	}
-	waiting := 0
+	waiting, indexed := 0, 0
+	for addr, names := range n.byAddr {
+		for _, name := range names {
+			if s := n.sessions[name]; s == nil || s.addr != addr {
+				return fmt.Errorf("the address index lists %q at %s, which is not its session's address", name, addr)
+			}
+		}
+		indexed += len(names)
+	}
+	if indexed != len(n.sessions) {
+		return fmt.Errorf("the address index lists %d sessions, the namespace has %d", indexed, len(n.sessions))
+	}
 	for _, name := range sortedKeys(n.sessions) {
 		s := n.sessions[name]
 		if s.waiting {
@@ -67,7 +78,7 @@ func (n *namespace) verify() error {
 		if granted && !s.untilQueued {
 			return fmt.Errorf("session %q holds Granted arcs with no expiry scheduled", name)
 		}
-		if unsent && !n.dirty[name] {
+		if unsent && !n.dirty[name] && !n.held[name] {
 			return fmt.Errorf("session %q has grants never sent and no message pending", name)
 		}
 		if s.msgVersion == s.version+1 {

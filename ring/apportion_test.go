@@ -153,3 +153,109 @@ func TestMoveVNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestApportionMatchesSortedOrder checks Apportion, which selects the owners
+// with an extra node, against the definition: sort by (hash, name), the
+// first total%n get one more.
+func TestApportionMatchesSortedOrder(t *testing.T) {
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 21))
+	for _, n := range []int{2, 17, 500, 5000} {
+		for _, size := range []int{64, 8192, 1 << 16} {
+			names := make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprintf("10.%d.%d:%d", rng.IntN(256), i, rng.IntN(65536))
+			}
+			got, err := Apportion(names, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			byKey := slices.Clone(names)
+			slices.SortFunc(byKey, func(a, b string) int {
+				return cmp.Or(cmp.Compare(HashString(a), HashString(b)), strings.Compare(a, b))
+			})
+			want := map[string]int{}
+			for i, name := range byKey {
+				want[name] = size / n
+				if i < size%n {
+					want[name]++
+				}
+			}
+			for _, o := range got {
+				if o.VNodes != want[o.Name] {
+					t.Fatalf("seed %d n=%d R=%d: %s has %d, want %d", seed, n, size, o.Name, o.VNodes, want[o.Name])
+				}
+			}
+			if !IsApportioned(got, size) {
+				t.Fatalf("seed %d n=%d R=%d: IsApportioned(Apportion) = false", seed, n, size)
+			}
+			if size%n != 0 {
+				// Move the extra node of the last owner in the order that
+				// has one to the first that has none: same sum, same
+				// spread, not Apportion's split.
+				moved := slices.Clone(got)
+				from, to := byKey[size%n-1], byKey[size%n]
+				for i := range moved {
+					switch moved[i].Name {
+					case from:
+						moved[i].VNodes--
+					case to:
+						moved[i].VNodes++
+					}
+				}
+				if IsApportioned(moved, size) {
+					t.Fatalf("seed %d n=%d R=%d: IsApportioned true after moving %s's extra node to %s", seed, n, size, from, to)
+				}
+			}
+		}
+	}
+	if IsApportioned([]Owner{{"a", 3}, {"b", 5}}, 8) || IsApportioned([]Owner{{"a", 4}, {"b", 4}}, 16) {
+		t.Fatal("IsApportioned accepts counts that are not an even split of the total")
+	}
+}
+
+// TestSelectFirst checks the selection against a sort on inputs that
+// defeat a naive pivot (sorted, reversed, organ pipe) and at random, for
+// every k.
+func TestSelectFirst(t *testing.T) {
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 22))
+	less := func(a, b orderKey) int {
+		switch {
+		case a.less(b):
+			return -1
+		case b.less(a):
+			return 1
+		}
+		return 0
+	}
+	for _, n := range []int{1, 2, 3, 16, 17, 100, 1000} {
+		inputs := map[string][]orderKey{}
+		asc := make([]orderKey, n)
+		for i := range asc {
+			asc[i] = orderKey{h: uint64(i) * 7, name: fmt.Sprint(i), i: int32(i)}
+		}
+		inputs["sorted"] = asc
+		inputs["reversed"] = slices.Clone(asc)
+		slices.Reverse(inputs["reversed"])
+		pipe := slices.Clone(asc[:n/2])
+		for i := n - 1; i >= n/2; i-- {
+			pipe = append(pipe, asc[i])
+		}
+		inputs["organ pipe"] = pipe
+		rnd := slices.Clone(asc)
+		rng.Shuffle(n, func(i, j int) { rnd[i], rnd[j] = rnd[j], rnd[i] })
+		inputs["random"] = rnd
+		for name, in := range inputs {
+			want := slices.SortedFunc(slices.Values(in), less)
+			for k := 1; k <= n; k++ {
+				ks := slices.Clone(in)
+				selectFirst(ks, k)
+				got := slices.SortedFunc(slices.Values(ks[:k]), less)
+				if !slices.Equal(got, want[:k]) {
+					t.Fatalf("seed %d %s n=%d k=%d: first k are not the k least", seed, name, n, k)
+				}
+			}
+		}
+	}
+}

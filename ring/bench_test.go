@@ -3,6 +3,7 @@ package ring
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -82,4 +83,31 @@ func BenchmarkBuild(b *testing.B) {
 			sink += r.Len()
 		}
 	})
+}
+
+// BenchmarkApportion measures dividing R = 8192 among n owners, as the
+// manager does on every join and leave (twice: the new names, and the old
+// ones to tell whether the counts were an even split).
+func BenchmarkApportion(b *testing.B) {
+	for _, n := range []int{500, 5000} {
+		b.Run(fmt.Sprintf("owners=%d", n), func(b *testing.B) {
+			names := make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprintf("10.0.%d.%d:7000", i/256, i%256)
+			}
+			for _, order := range []string{"unsorted", "sorted"} {
+				if order == "sorted" {
+					slices.Sort(names)
+				}
+				b.Run(order, func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						if _, err := Apportion(names, 8192); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		})
+	}
 }

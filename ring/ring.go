@@ -84,7 +84,10 @@ func New(owners []Owner) (*Ring, error) {
 // total count of entries.
 func sortedOwners(owners []Owner) ([]Owner, int, error) {
 	own := slices.Clone(owners)
-	slices.SortFunc(own, func(a, b Owner) int { return strings.Compare(a.Name, b.Name) })
+	byName := func(a, b Owner) int { return strings.Compare(a.Name, b.Name) }
+	if !slices.IsSortedFunc(own, byName) {
+		slices.SortFunc(own, byName)
+	}
 	total := 0
 	for i, o := range own {
 		if o.Name == "" {
