@@ -44,6 +44,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	_ "net/http/pprof" // -pprof
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,6 +87,8 @@ func main() {
 	genMem := flag.Int("generator-memory-mb", 6144, "soft memory limit of this load generator (not of the managers), in MB: its lookups receive every table whole as they connect, 3.7 MB each at R=65536, and without a limit its garbage piles up; 0: Go's default")
 	full := flag.Int("full-lookups", 10, "how many of the lookups are lb.Lookups, which decode, hold and check the whole table; the others are light: a real Lookup stream each that acknowledges like one but keeps only each block's version (light.go); -1: all full (a full table per lookup: many GB at R=65536)")
 	profDir := flag.String("profiles", "", "start the manager with --pprof and save its heap and allocs profiles into this directory after start-up, steady and churn")
+	selfPprof := flag.String("pprof", "", "serve this load generator's own net/http/pprof on this 127.0.0.1 address (e.g. 127.0.0.1:6060)")
+	startConc := flag.Int("start-concurrency", 0, "lookups that may be receiving their first table at once while they start (a new one starts as one holds the whole table); 0: all start at once. gRPC buffers each stream's whole message whatever the window, so 20,000 lookups starting at once on this machine held 6-14 GB of unread tables in this generator, which then spent its CPU collecting garbage and its keepalive pings timed out (make bench-manager SCALE=10 passes 2000, PRS's count)")
 	markdown := flag.String("markdown", "", "also write the table, in markdown, to this file")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
@@ -93,6 +96,20 @@ func main() {
 		// Set in-process, not through GOMEMLIMIT, which the managers
 		// would inherit.
 		debug.SetMemoryLimit(int64(*genMem) << 20)
+	}
+	if *selfPprof != "" {
+		host, _, err := net.SplitHostPort(*selfPprof)
+		if err != nil || host != "127.0.0.1" {
+			log.Fatalf("-pprof %q: want 127.0.0.1:PORT", *selfPprof)
+		}
+		ln, err := net.Listen("tcp", *selfPprof)
+		if err != nil {
+			log.Fatalf("-pprof: %v", err)
+		}
+		go http.Serve(ln, nil) //nolint:errcheck // serves until the process ends
+	}
+	if *startConc < 0 {
+		log.Fatalf("-start-concurrency %d: want 0 or more", *startConc)
 	}
 	if *kind != "crash" && *kind != "clean" {
 		log.Fatalf("-restart-kind %q: want crash or clean", *kind)
@@ -129,7 +146,7 @@ func main() {
 		log.Fatalf("-ring %q: want at least one ring size", *rings)
 	}
 	cfg := config{owners: *owners, lookups: *lookups, nodes: *nodes, steady: *steady, churn: *churn, every: *every,
-		changes: *changes, lease: *leaseT, seed: *seed, memLimit: *memLimit, kind: *kind, profDir: *profDir, perConn: *perConn, full: *full, burst: *burst}
+		changes: *changes, lease: *leaseT, seed: *seed, memLimit: *memLimit, kind: *kind, profDir: *profDir, perConn: *perConn, full: *full, burst: *burst, startConc: *startConc}
 	if err := runAll(cfg, rs, *markdown); err != nil {
 		log.Fatal(err)
 	}
@@ -198,6 +215,7 @@ type config struct {
 	perConn                 int // lookup streams per connection
 	full                    int // lookups that are lb.Lookups; -1: all
 	burst                   int // fuge-manager --session-burst; 0: its default
+	startConc               int // lookups receiving their first table at once; 0: all
 }
 
 // result is one run's figures.
@@ -337,12 +355,35 @@ func run(cfg config, bin, dir string) (result, error) {
 	if cfg.full >= 0 {
 		nFull = min(cfg.full, nLookups)
 	}
+	// With -start-concurrency, a lookup starts once fewer than that many
+	// are still waiting for their first whole table.
+	slots := make(chan struct{}, max(cfg.startConc, 1))
+	startBy := time.After(10 * time.Minute)
 	for i := range nLookups {
 		name := fmt.Sprintf("lookup-%05d", i)
+		if cfg.startConc > 0 {
+			select {
+			case slots <- struct{}{}:
+			case <-startBy:
+				return res, fmt.Errorf("%d of %d lookups started after 10m0s: the others did not sync", i, nLookups)
+			}
+		}
+		var ready <-chan struct{}
 		if i < nFull {
-			p.lookups = append(p.lookups, p.newLookup(ctx, name))
+			l := p.newLookup(ctx, name)
+			p.lookups, ready = append(p.lookups, l), l.Ready()
 		} else {
-			p.light = append(p.light, p.newLight(name))
+			l := p.newLight(name)
+			p.light, ready = append(p.light, l), l.Ready()
+		}
+		if cfg.startConc > 0 {
+			go func() {
+				select {
+				case <-ready:
+				case <-ctx.Done():
+				}
+				<-slots
+			}()
 		}
 	}
 	started := time.Since(t0)

@@ -40,9 +40,17 @@ func printTable(cfg config, results []result) {
 	w.Flush()
 	fmt.Println()
 	for _, res := range results {
-		fmt.Printf("R=%d: %d owners held their arcs %v after they started, then %d lookups had the whole table %v after they started (goal < 2 s); a change seen by every lookup: %v\n",
-			res.ring, cfg.owners, res.ownersUp.Round(time.Millisecond), cfg.lookups, res.lookupsUp.Round(time.Millisecond), res.conv)
+		fmt.Printf("R=%d: %d owners held their arcs %v after they started, then %d lookups had the whole table %v after they started%s (goal < 2 s); a change seen by every lookup: %v\n",
+			res.ring, cfg.owners, res.ownersUp.Round(time.Millisecond), cfg.lookups, res.lookupsUp.Round(time.Millisecond), paced(cfg), res.conv)
 	}
+}
+
+// paced says how the lookups were started, when not all at once.
+func paced(cfg config) string {
+	if cfg.startConc <= 0 || cfg.startConc >= cfg.lookups {
+		return ""
+	}
+	return fmt.Sprintf(", started at most %d at a time (-start-concurrency)", cfg.startConc)
 }
 
 // markdownTable is the table for the README: a row per ring size, phase
@@ -53,8 +61,8 @@ func markdownTable(cfg config, results []result) string {
 	if memLimit == "" {
 		memLimit = "Go's default"
 	}
-	fmt.Fprintf(&b, "%d owners, %d lookups (%d streams per TCP connection), %d manager node(s), lease T=%v, memory limit %s, %d cores:\n\n",
-		cfg.owners, cfg.lookups, cfg.perConn, cfg.nodes, cfg.lease, memLimit, numCPU())
+	fmt.Fprintf(&b, "%d owners, %d lookups (%d streams per TCP connection%s), %d manager node(s), lease T=%v, memory limit %s, %d cores:\n\n",
+		cfg.owners, cfg.lookups, cfg.perConn, paced(cfg), cfg.nodes, cfg.lease, memLimit, numCPU())
 	b.WriteString("| R | phase | node | CPU (% of a core) | peak RSS (MB) | bytes/s out | owners hold | lookups synced | change seen by every lookup (p50 / p99 per lookup, slowest) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, res := range results {
