@@ -356,9 +356,12 @@ func run(cfg config, bin, dir string) (result, error) {
 		nFull = min(cfg.full, nLookups)
 	}
 	// With -start-concurrency, a lookup starts once fewer than that many
-	// are still waiting for their first whole table.
+	// are still waiting for their first whole table. Each lookup's time
+	// to its first whole table counts from its own start.
 	slots := make(chan struct{}, max(cfg.startConc, 1))
 	startBy := time.After(10 * time.Minute)
+	readyIn := make([]time.Duration, nLookups)
+	var readyWG sync.WaitGroup
 	for i := range nLookups {
 		name := fmt.Sprintf("lookup-%05d", i)
 		if cfg.startConc > 0 {
@@ -369,6 +372,7 @@ func run(cfg config, bin, dir string) (result, error) {
 			}
 		}
 		var ready <-chan struct{}
+		startI := time.Now()
 		if i < nFull {
 			l := p.newLookup(ctx, name)
 			p.lookups, ready = append(p.lookups, l), l.Ready()
@@ -376,18 +380,25 @@ func run(cfg config, bin, dir string) (result, error) {
 			l := p.newLight(name)
 			p.light, ready = append(p.light, l), l.Ready()
 		}
-		if cfg.startConc > 0 {
-			go func() {
-				select {
-				case <-ready:
-				case <-ctx.Done():
-				}
+		readyWG.Add(1)
+		go func() {
+			defer readyWG.Done()
+			select {
+			case <-ready:
+				readyIn[i] = time.Since(startI)
+			case <-ctx.Done():
+			}
+			if cfg.startConc > 0 {
 				<-slots
-			}()
-		}
+			}
+		}()
 	}
 	started := time.Since(t0)
-	readyAt := p.readyTimes(t0)
+	readyAt := func() []time.Duration {
+		readyWG.Wait()
+		slices.Sort(readyIn)
+		return readyIn
+	}
 	if err := p.waitReady(10 * time.Minute); err != nil {
 		return res, err
 	}
@@ -408,7 +419,7 @@ func run(cfg config, bin, dir string) (result, error) {
 		spread = append(spread, fmt.Sprintf("%s %.0f lookups, RSS %.0f MB", n.id, metric(body, "fuge_lookups_connected"), n.startRSS))
 	}
 	profile("startup")
-	log.Printf("lookups synced in %v (started in %v; first table applied after: first %v, median %v, p99 %v, last %v; %s; %s; %s)",
+	log.Printf("lookups synced in %v (started in %v; a lookup's first whole table after its start: first %v, median %v, p99 %v, last %v; %s; %s; %s)",
 		res.lookupsUp.Round(time.Millisecond), started.Round(time.Millisecond), rt[0].Round(time.Millisecond), rt[len(rt)/2].Round(time.Millisecond),
 		rt[len(rt)*99/100].Round(time.Millisecond), rt[len(rt)-1].Round(time.Millisecond), syncCPU, p.counters(), strings.Join(spread, "; "))
 	log.Printf("measuring steady state for %v", steady)
@@ -635,28 +646,6 @@ func (p *pool) readiers() []interface{ Ready() <-chan struct{} } {
 		out = append(out, l)
 	}
 	return out
-}
-
-// readyTimes records when each lookup applies its first table, from t0;
-// the function it returns waits for them all and returns the times,
-// sorted.
-func (p *pool) readyTimes(t0 time.Time) func() []time.Duration {
-	all := p.readiers()
-	times := make([]time.Duration, len(all))
-	var wg sync.WaitGroup
-	for i, l := range all {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-l.Ready()
-			times[i] = time.Since(t0)
-		}()
-	}
-	return func() []time.Duration {
-		wg.Wait()
-		slices.Sort(times)
-		return times
-	}
 }
 
 // restartOne restarts a random node: an owner comes back as a new
