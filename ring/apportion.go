@@ -110,6 +110,17 @@ func (a orderKey) less(b orderKey) bool {
 	return a.h < b.h || a.h == b.h && a.name < b.name
 }
 
+// compare is less as a three-way comparison, for sorting.
+func (a orderKey) compare(b orderKey) int {
+	switch {
+	case a.less(b):
+		return -1
+	case b.less(a):
+		return 1
+	}
+	return 0
+}
+
 // selectFirst reorders ks so that its first k elements are its k least
 // (in no particular order): quickselect with a median-of-three pivot, and
 // a sort of what is left when it has recursed more than 2·log2(n) times,
@@ -119,15 +130,7 @@ func selectFirst(ks []orderKey, k int) {
 	budget := 2 * bits.Len(uint(len(ks)))
 	for hi-lo > 16 {
 		if budget == 0 {
-			slices.SortFunc(ks[lo:hi], func(a, b orderKey) int {
-				switch {
-				case a.less(b):
-					return -1
-				case b.less(a):
-					return 1
-				}
-				return 0
-			})
+			slices.SortFunc(ks[lo:hi], orderKey.compare)
 			return
 		}
 		budget--

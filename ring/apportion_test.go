@@ -220,15 +220,6 @@ func TestApportionMatchesSortedOrder(t *testing.T) {
 func TestSelectFirst(t *testing.T) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 22))
-	less := func(a, b orderKey) int {
-		switch {
-		case a.less(b):
-			return -1
-		case b.less(a):
-			return 1
-		}
-		return 0
-	}
 	for _, n := range []int{1, 2, 3, 16, 17, 100, 1000} {
 		inputs := map[string][]orderKey{}
 		asc := make([]orderKey, n)
@@ -247,11 +238,11 @@ func TestSelectFirst(t *testing.T) {
 		rng.Shuffle(n, func(i, j int) { rnd[i], rnd[j] = rnd[j], rnd[i] })
 		inputs["random"] = rnd
 		for name, in := range inputs {
-			want := slices.SortedFunc(slices.Values(in), less)
+			want := slices.SortedFunc(slices.Values(in), orderKey.compare)
 			for k := 1; k <= n; k++ {
 				ks := slices.Clone(in)
 				selectFirst(ks, k)
-				got := slices.SortedFunc(slices.Values(ks[:k]), less)
+				got := slices.SortedFunc(slices.Values(ks[:k]), orderKey.compare)
 				if !slices.Equal(got, want[:k]) {
 					t.Fatalf("seed %d %s n=%d k=%d: first k are not the k least", seed, name, n, k)
 				}
