@@ -195,7 +195,7 @@ func (p *connPool) dialAhead() {
 	p.all[c] = struct{}{}
 	// Handed over under the lock that counted this dial out, so that no
 	// other dial is started for the request it serves.
-	p.handUnlock(c, p.dialForWaitersLocked)
+	p.handUnlock(c)
 }
 
 // put hands c, after a complete answer, to a waiting request or back to
@@ -203,13 +203,15 @@ func (p *connPool) dialAhead() {
 func (p *connPool) put(c *upConn) {
 	c.idleAt = c.readTime.Load()
 	p.mu.Lock()
-	p.handUnlock(c, nil)
+	p.handUnlock(c)
 }
 
 // handUnlock hands c to the first waiting request, or back to the idle
-// stack, or closes it once the pool is gone; then runs locked, if set, and
+// stack, or closes it once the pool is gone; then starts the dials the
+// requests still waiting need (none after a put, which changes no count a
+// dial depends on; after a finished dial, one in its place if needed) and
 // releases p.mu, which the caller holds.
-func (p *connPool) handUnlock(c *upConn, locked func()) {
+func (p *connPool) handUnlock(c *upConn) {
 	var w chan *upConn
 	drop := false
 	switch {
@@ -222,9 +224,7 @@ func (p *connPool) handUnlock(c *upConn, locked func()) {
 	default:
 		p.idle = append(p.idle, c)
 	}
-	if locked != nil {
-		locked()
-	}
+	p.dialForWaitersLocked()
 	p.mu.Unlock()
 	if w != nil {
 		w <- c

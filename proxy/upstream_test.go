@@ -151,13 +151,7 @@ func TestPoolWaitsForAConnection(t *testing.T) {
 		t.Fatalf("get with the only connection busy: %v, want errNoFreeConns", err)
 	}
 	got := make(chan *upConn)
-	go func() {
-		c, _, err := p.get(time.Now(), time.Now().Add(defaultTestTimeout))
-		if err != nil {
-			t.Error(err)
-		}
-		got <- c
-	}()
+	getLater(t, p, got)
 	fugetest.Eventually(t, "a waiting request", waiters(p, 1))
 	p.put(busy)
 	if c := recv(t, "the handed-over connection", got); c != busy {
@@ -165,13 +159,7 @@ func TestPoolWaitsForAConnection(t *testing.T) {
 	}
 	// A discarded connection frees its slot, and the pool dials in it for
 	// the waiter.
-	go func() {
-		c, _, err := p.get(time.Now(), time.Now().Add(defaultTestTimeout))
-		if err != nil {
-			t.Error(err)
-		}
-		got <- c
-	}()
+	getLater(t, p, got)
 	fugetest.Eventually(t, "a waiting request", waiters(p, 1))
 	p.discard(busy)
 	if c := recv(t, "a new connection", got); c == nil || c == busy {
@@ -202,13 +190,7 @@ func TestPoolWaiterTakesFirstConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan *upConn)
-	go func() {
-		c, _, err := p.get(time.Now(), time.Now().Add(defaultTestTimeout))
-		if err != nil {
-			t.Error(err)
-		}
-		got <- c
-	}()
+	getLater(t, p, got)
 	fugetest.Eventually(t, "a waiting request and its dial", locked(p, func() bool { return len(p.waiters) == 1 && p.dialing == 1 }))
 	busy.readTime.Store(int64(time.Since(epoch)))
 	p.put(busy)
@@ -234,13 +216,7 @@ func TestPoolBoundsDials(t *testing.T) {
 	const n = 3 * maxDialing
 	got := make(chan *upConn, n)
 	for range n {
-		go func() {
-			c, _, err := p.get(time.Now(), time.Now().Add(defaultTestTimeout))
-			if err != nil {
-				t.Error(err)
-			}
-			got <- c
-		}()
+		getLater(t, p, got)
 	}
 	fugetest.Eventually(t, "every request waiting", waiters(p, n))
 	p.mu.Lock()
@@ -313,6 +289,18 @@ func (a *peakCounter) max() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.top
+}
+
+// getLater gets a connection from p in a goroutine of its own and sends it
+// to got (nil if the get failed, which fails t).
+func getLater(t testing.TB, p *connPool, got chan<- *upConn) {
+	go func() {
+		c, _, err := p.get(time.Now(), time.Now().Add(defaultTestTimeout))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- c
+	}()
 }
 
 // waiters reports whether p has n requests waiting.
