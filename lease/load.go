@@ -61,16 +61,16 @@ func (l LoadReport) Validate() error {
 		return fmt.Errorf("%w: load.groups has %d figures; want 0 or %d", ErrInvalid, n, LoadGroups)
 	}
 	for i, g := range l.Groups {
-		if err := validLoad(fmt.Sprintf("load.groups[%d]", i), g); err != nil {
-			return err
+		if !goodLoad(g) { // the field's name is formatted only for an error
+			return validLoad(fmt.Sprintf("load.groups[%d]", i), g)
 		}
 	}
 	if n := len(l.Hot); n > MaxHotKeys {
 		return fmt.Errorf("%w: load.hot has %d keys; want at most %d", ErrInvalid, n, MaxHotKeys)
 	}
 	for i, k := range l.Hot {
-		if err := validLoad(fmt.Sprintf("load.hot[%d].rate", i), k.Rate); err != nil {
-			return err
+		if !goodLoad(k.Rate) {
+			return validLoad(fmt.Sprintf("load.hot[%d].rate", i), k.Rate)
 		}
 		for j := range i {
 			if l.Hot[j].Hash == k.Hash {
@@ -80,6 +80,10 @@ func (l LoadReport) Validate() error {
 	}
 	return nil
 }
+
+// goodLoad is validLoad without the error: finite, 0 to MaxLoad (NaN
+// fails both comparisons).
+func goodLoad(x float64) bool { return x >= 0 && x <= MaxLoad }
 
 func validLoad(what string, x float64) error {
 	switch {

@@ -54,3 +54,20 @@ func TestLoadReportValidate(t *testing.T) {
 		t.Error("LoadGroup: wrong top bits")
 	}
 }
+
+// A renewal carries a load report, validated on every one: a good report
+// costs no allocation (the field names of errors are formatted only for an
+// error).
+func TestLoadReportValidateAllocates(t *testing.T) {
+	l := LoadReport{Rate: 1, Groups: make([]float64, LoadGroups), Hot: make([]HotKey, MaxHotKeys)}
+	for i := range l.Hot {
+		l.Hot[i] = HotKey{Hash: uint64(i), Rate: 1}
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if err := l.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("Validate of a good report: %v allocations; want 0", n)
+	}
+}

@@ -120,3 +120,27 @@ func BenchmarkStorm10x(b *testing.B) {
 		convergedPool(b, 8192, 10*prsOwners)
 	}
 }
+
+// BenchmarkRenewAfterStorm10x is renew after BenchmarkStorm10x's storm:
+// one owner's renewal in the converged pool of 5,000 owners at R = 8192,
+// the leader's steady state at make bench-manager SCALE=10. Whatever the
+// storm left behind (a set grown to thousands of names) shows here.
+func BenchmarkRenewAfterStorm10x(b *testing.B) {
+	c := convergedPool(b, 8192, 10*prsOwners)
+	o := c.owners[ownerName(7)]
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		req := *o.Resend(c.now).Send
+		b.StartTimer()
+		out, err := c.m.Request(req, c.now)
+		b.StopTimer()
+		if err != nil || len(out.Commits) > 0 || len(out.Send) != 1 {
+			b.Fatalf("renewal: err %v, %d commits, %d messages", err, len(out.Commits), len(out.Send))
+		}
+		if o.Step(out.Send[0], c.now).Send != nil {
+			b.Fatal("a renewal changed what the owner holds")
+		}
+		b.StartTimer()
+	}
+}

@@ -218,7 +218,7 @@ func (n *namespace) ownerDeltas() (upserts []OwnerRecord, removals []string) {
 			removals = append(removals, name)
 		}
 	}
-	clear(n.dirtyOwners)
+	n.dirtyOwners = emptied(n.dirtyOwners)
 	return upserts, removals
 }
 

@@ -661,6 +661,20 @@ func (n *namespace) free(clean bool) arc {
 	return arc{gen: n.stepGen, st: Free, clean: clean}
 }
 
+// emptied returns m with no entries: cleared in place while small, a new
+// map once it held many. A cleared map keeps its slots and every later
+// range over it scans them all: after a storm marked 5,000 owners dirty,
+// each renewal's step scanned 5,000 empty slots to find its one name.
+func emptied[V any](m map[string]V) map[string]V {
+	if len(m) > emptiedMax {
+		return make(map[string]V)
+	}
+	clear(m)
+	return m
+}
+
+const emptiedMax = 64
+
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {

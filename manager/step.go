@@ -44,7 +44,7 @@ func (n *namespace) step(now time.Time) Output {
 			out.Send = append(out.Send, n.message(s, now.UnixNano()))
 		}
 	}
-	clear(n.dirty)
+	n.dirty = emptied(n.dirty)
 	if changed || n.split {
 		n.compactTable()
 	}
