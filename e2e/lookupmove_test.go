@@ -43,6 +43,8 @@ func tryServing(c *cluster, nd *node) error {
 	cfg := nd.cfg
 	cfg.Observer = nd.lt
 	cfg.Heartbeat = nd.lt.Heartbeat
+	cfg.LookupStreams = func() int { return nd.lt.Stats().Streams }
+	cfg.RecheckLookups = nd.lt.RecheckLookups
 	s, err := manager.NewServer(cfg)
 	if err != nil {
 		return err
@@ -159,7 +161,8 @@ func (w *tableWatch) check() []string {
 
 // TestLookupMovesBetweenNodes runs a Lookup on a standby of a 3-node
 // cluster while owners join and leave, then kills the node serving it,
-// twice (a standby, then the leader, the Lookup's next address). The
+// twice (a standby, then the other standby, to which the leader, the
+// Lookup's next address, sends it). The
 // Lookup must follow every change across each move: its generations
 // never go back (a lagging node holds its first response until it has
 // caught up with what the Lookup holds), every generation change it
@@ -292,27 +295,47 @@ func TestLookupMovesBetweenNodes(t *testing.T) {
 		}
 	}()
 
-	// Each victim is the node serving the lookup: the standby it started
-	// on, then the next address it tried, the leader.
-	for move, victim := range order[:2] {
+	// serving is the node whose LeaseTable serves the lookup's stream, or
+	// nil between streams.
+	serving := func() *node {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, nd := range c.nodes {
+			if nd.srv != nil && nd.lt.Stats().Streams == 1 {
+				return nd
+			}
+		}
+		return nil
+	}
+	// Each victim is the node serving the lookup, twice: the standby it
+	// started on, then the node it moved to. Its next address after the
+	// first is the leader, which leaves Lookups to its standbys while one
+	// is in contact: it names the other standby ("fuge-standby"), and the
+	// lookup must be there, never on the leader.
+	for move := range 2 {
+		victim := serving()
+		if victim == nil {
+			t.Fatalf("move %d: no node serves the lookup; %s", move+1, state())
+		}
 		before := l.Stats()
 		t.Logf("move %d: killing %s (leader %v), which serves the lookup at LSN %d", move+1, victim.cfg.NodeID, victim.srv.IsLeader(), before.ServedLSN)
 		c.kill(victim)
 		// The lookup has moved once another node serves it a later LSN.
+		var now *node
 		eventuallyState(t, "the lookup on another node", func() bool {
 			st := l.Stats()
 			if st.Attempts == before.Attempts || st.ServedLSN <= before.ServedLSN {
 				return false
 			}
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			for _, nd := range c.nodes {
-				if nd != victim && nd.srv != nil && nd.lt.Stats().Streams == 1 {
-					return true
-				}
-			}
-			return false
+			now = serving()
+			return now != nil && now != victim
 		}, state)
+		if now.srv.IsLeader() {
+			t.Errorf("move %d: the leader %s serves the lookup while a standby is in contact; %s", move+1, now.cfg.NodeID, state())
+		}
+		if move == 0 && l.Stats().Redirects == 0 {
+			t.Errorf("move 1: the lookup reached the other standby without the leader naming it; %s", state())
+		}
 		// A few changes served by the new node, then the victim comes back
 		// as a standby; the lookup stays where it is.
 		v := l.Version()
@@ -339,6 +362,97 @@ func TestLookupMovesBetweenNodes(t *testing.T) {
 	}
 	for _, p := range w.check() {
 		t.Error(p)
+	}
+}
+
+// TestNewLeaderHandsOffLookups runs a Lookup on each standby of a 3-node
+// cluster, kills the leader, and checks that the standby elected in its
+// place hands the Lookup it served to a standby (it asks its gate again,
+// which names one), that both Lookups end on standbys with the leader's
+// table, and that each followed every change across the move: no
+// generation back, no change without a loss upcall, no loss on everything.
+func TestNewLeaderHandsOffLookups(t *testing.T) {
+	const T = time.Second
+	c := newServingCluster(t, 3, T)
+	lead := c.waitLeader()
+	rec := newRecorder()
+	owners := map[string]*ownerguard.Owner{}
+	for i := range 3 {
+		name := fmt.Sprintf("o%d", i+1)
+		owners[name] = startOwner(t, c, name, rec)
+	}
+	eventually(t, "owners to converge", func() bool { return converged(c, owners, nil) })
+	var lookups []*lb.Lookup
+	watches := make([]tableWatch, 2)
+	var stops []func()
+	for _, nd := range c.nodes {
+		if nd == lead {
+			continue
+		}
+		w := &watches[len(lookups)]
+		// Only this standby is listed: the Lookup reaches another node
+		// only by a trailer naming it.
+		l, err := lb.NewLookup(lb.LookupConfig{
+			Managers: []string{nd.cfg.GRPCAddr}, Namespace: testNS, Name: "on-" + nd.cfg.NodeID,
+			OnLoss: w.onLoss, StalenessBound: 10 * T, StreamTimeout: 3 * T / 2,
+			Backoff: lb.BackoffConfig{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		lookups = append(lookups, l)
+		stops = append(stops, w.follow(l))
+	}
+	state := func() string {
+		var b strings.Builder
+		for _, l := range lookups {
+			fmt.Fprintf(&b, "lookup stats %+v; ", l.Stats())
+		}
+		c.mu.Lock()
+		for _, nd := range c.nodes {
+			if nd.srv == nil {
+				fmt.Fprintf(&b, " %s down;", nd.cfg.NodeID)
+			} else {
+				fmt.Fprintf(&b, " %s leader %v lookup streams %d, xds %+v;", nd.cfg.NodeID, nd.srv.IsLeader(), nd.lt.Stats().Streams, nd.lt.Stats())
+			}
+		}
+		c.mu.Unlock()
+		return b.String()
+	}
+	eventuallyState(t, "the lookups to converge on the standbys", func() bool { return converged(c, owners, lookups) }, state)
+
+	c.kill(lead)
+	next := c.waitLeader()
+	t.Logf("killed the leader %s; %s leads and served a Lookup as a standby", lead.cfg.NodeID, next.cfg.NodeID)
+	startServing(t, c, lead)
+	c.waitVoters(3)
+	// A change under the new leader, so that the move carries one.
+	owners["o4"] = startOwner(t, c, "o4", rec)
+	eventuallyState(t, "the new leader to hand its Lookup off, and the lookups to converge", func() bool {
+		return next.lt.Stats().Streams == 0 && converged(c, owners, lookups)
+	}, state)
+	if st := next.lt.Stats(); st.Rechecked == 0 {
+		t.Errorf("the new leader's Lookup stream was not ended at a recheck: %+v", st)
+	}
+	redirects := uint64(0)
+	for _, l := range lookups {
+		redirects += l.Stats().Redirects
+	}
+	if redirects == 0 {
+		t.Errorf("no Lookup followed a trailer; %s", state())
+	}
+	for i, stop := range stops {
+		stop()
+		if watches[i].lossAll > 0 || len(watches[i].tables) < 2 {
+			t.Errorf("lookup %d: %d tables recorded, %d losses of everything", i, len(watches[i].tables), watches[i].lossAll)
+		}
+		for _, p := range watches[i].check() {
+			t.Errorf("lookup %d: %s", i, p)
+		}
 	}
 }
 

@@ -94,11 +94,15 @@
 // heartbeat interval. The node names the namespace in node.cluster and
 // node.metadata["fuge.namespace"]. The Lookup starts at a manager at
 // random (LookupConfig.InOrder: the first), so Lookups spread over the
-// cluster: the leader and every standby in contact with it serve them, a
+// cluster: every standby in contact with the leader serves them, a
 // standby heartbeating only while in contact. A standby out of contact
 // refuses the stream with FAILED_PRECONDITION and the leader's address in
-// the "fuge-leader" trailer; the Lookup goes there next, and otherwise
-// tries the managers in turn with a grpc-go style backoff. Every node
+// the "fuge-leader" trailer; the leader, while a standby is in contact,
+// refuses it with UNAVAILABLE and a standby's address in the
+// "fuge-standby" trailer (it serves Lookups only with no standby in
+// contact, unless configured to). The Lookup goes to the node named next,
+// at once (a few times in a row at most), and otherwise tries the managers
+// in turn with a grpc-go style backoff. Every node
 // publishes the same views at the same LSNs; LookupStats.ServedLSN is the
 // LSN of the node's last ArcBlock response, and a node behind the blocks
 // a Lookup holds waits until it has caught up before answering, so moving

@@ -28,6 +28,10 @@ const (
 	// LeaderTrailer is the trailer in which a standby names the leader's
 	// gRPC address when it refuses a stream with FAILED_PRECONDITION.
 	LeaderTrailer = "fuge-leader"
+	// StandbyTrailer is the trailer in which the leader names a standby's
+	// gRPC address when it refuses a stream with UNAVAILABLE: it leaves
+	// Lookups to its standbys while one is in contact.
+	StandbyTrailer = "fuge-standby"
 )
 
 // HeartbeatName is the xDS name of a namespace's heartbeat resource.
@@ -79,10 +83,12 @@ type BackoffConfig = clientshell.Backoff
 // defaults.
 type LookupConfig struct {
 	// Managers lists every manager's gRPC address. The Lookup starts with
-	// one at random, so that Lookups spread over the nodes (the leader and
-	// every standby in contact with it serve them), follows a standby's
-	// "fuge-leader" trailer to the leader and otherwise tries the
-	// addresses in turn. Required.
+	// one at random, so that Lookups spread over the nodes (every standby
+	// in contact with the leader serves them, and the leader too when no
+	// standby is in contact or it is configured to), follows a standby's
+	// "fuge-leader" trailer to the leader and the leader's "fuge-standby"
+	// trailer to a standby, and otherwise tries the addresses in turn.
+	// Required.
 	Managers []string
 	// InOrder starts with Managers[0] instead of one at random: for a
 	// list already in order of preference.
@@ -224,7 +230,7 @@ func (c LookupConfig) Validate() error {
 type LookupStats struct {
 	Attempts   uint64 // streams started, to any manager
 	Reconnects uint64 // streams started after the first
-	Redirects  uint64 // "fuge-leader" trailers followed
+	Redirects  uint64 // "fuge-leader" and "fuge-standby" trailers followed
 	Stalls     uint64 // streams abandoned after StreamTimeout
 	Updates    uint64 // ArcBlock responses applied to the table (Version)
 	Rejected   uint64 // ArcBlock responses acknowledged but not applied: the table held was not complete

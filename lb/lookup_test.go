@@ -483,6 +483,28 @@ func TestXDSFollowsLeaderTrailer(t *testing.T) {
 	checkAt(t, l, q, quarters[0])
 }
 
+// TestXDSFollowsStandbyTrailer: a leader that leaves Lookups to its
+// standbys names one; the Lookup goes there at once, with no backoff (a
+// backoff of a minute would time the test out).
+func TestXDSFollowsStandbyTrailer(t *testing.T) {
+	standby := newXDSServer(t, ns, quarters...)
+	leader := newXDSServer(t, ns)
+	leader.shedTo(standby.Addr())
+	// The standby is not in the list: only the trailer leads there.
+	l, _ := startLookup(t, []string{leader.Addr()}, func(c *LookupConfig) {
+		c.Backoff = BackoffConfig{Base: time.Minute, Max: time.Minute}
+	})
+	waitReady(t, l)
+	if st := l.Stats(); st.Redirects != 1 || st.Attempts != 2 {
+		t.Fatalf("stats %+v, want 1 redirect in 2 attempts", st)
+	}
+	leader.wait("the refused stream", func(log []record, opens int) bool { return opens > 0 })
+	if n := len(leader.records()); n != 0 {
+		t.Fatalf("the leader processed %d messages", n)
+	}
+	checkAt(t, l, q, quarters[0])
+}
+
 func TestXDSRotatesWithoutLeader(t *testing.T) {
 	standby := newXDSServer(t, ns)
 	standby.standby("") // no leader known

@@ -90,6 +90,9 @@ type streamEvent struct {
 	resp   *discovery.DeltaDiscoveryResponse
 	err    error  // the stream ended (resp is nil)
 	leader string // the stream's "fuge-leader" trailer
+	// standby is the stream's "fuge-standby" trailer: the leader leaves
+	// Lookups to its standbys and names one.
+	standby string
 }
 
 func newSession(l *Lookup, core *Core) *session {
@@ -183,32 +186,34 @@ func (s *session) connect() {
 // read runs the stream c and posts what arrives, then its end.
 func (s *session) read(c *conn) {
 	defer s.wg.Done()
-	leader, err := s.recv(c)
+	tr, err := s.recv(c)
 	select {
-	case s.events <- streamEvent{id: c.id, err: err, leader: leader}:
+	case s.events <- streamEvent{id: c.id, err: err, leader: first(tr, LeaderTrailer), standby: first(tr, StandbyTrailer)}:
 	case <-s.ctx.Done():
 	}
 }
 
-func (s *session) recv(c *conn) (leader string, err error) {
+// recv runs the stream c until it ends, and returns its trailer.
+func (s *session) recv(c *conn) (trailer metadata.MD, err error) {
 	var cc *grpc.ClientConn
 	if pool := s.cfg.Conns; pool != nil {
 		var release func()
 		if cc, release, err = pool.get(c.addr); err != nil {
-			return "", err
+			return nil, err
 		}
 		defer release()
 	} else {
 		if cc, err = grpc.NewClient(c.addr, s.dialOpts...); err != nil {
-			return "", err
+			return nil, err
 		}
 		defer cc.Close()
 	}
-	// Name the stream a Lookup's: only the leader serves those.
+	// Name the stream a Lookup's: the nodes gate those (a standby out of
+	// contact names the leader, the leader names a standby).
 	ctx := metadata.AppendToOutgoingContext(c.ctx, wire.ClientKindKey, wire.ClientLookup)
 	st, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	done := make(chan struct{})
 	go write(c, st, done)
@@ -219,18 +224,19 @@ func (s *session) recv(c *conn) (leader string, err error) {
 	for {
 		resp, err := st.Recv()
 		if err != nil {
-			return leaderOf(st.Trailer()), err
+			return st.Trailer(), err
 		}
 		select {
 		case s.events <- streamEvent{id: c.id, resp: resp}:
 		case <-c.ctx.Done():
-			return "", c.ctx.Err()
+			return nil, c.ctx.Err()
 		}
 	}
 }
 
-func leaderOf(md metadata.MD) string {
-	if v := md.Get(LeaderTrailer); len(v) > 0 {
+// first is md's first value for key, or "".
+func first(md metadata.MD, key string) string {
+	if v := md.Get(key); len(v) > 0 {
 		return v[0]
 	}
 	return ""
@@ -464,7 +470,8 @@ func (s *session) onHeartbeat(c *conn, resp *discovery.DeltaDiscoveryResponse) {
 }
 
 // ended handles the end of the current stream: follow a standby's leader
-// trailer, retry the manager that served us, or try the next one.
+// trailer or the leader's standby trailer, retry the manager that served
+// us, or try the next one.
 func (s *session) ended(c *conn, ev streamEvent) {
 	s.conn = nil
 	c.cancel()
@@ -482,6 +489,16 @@ func (s *session) ended(c *conn, ev streamEvent) {
 			return
 		}
 		s.retry(c, ev.leader, ev.err)
+	case status.Code(ev.err) == codes.Unavailable && ev.standby != "":
+		s.l.redirects.Add(1)
+		s.redirectRun++
+		s.l.log.Info("going to a standby", "leader", c.addr, "standby", ev.standby)
+		if s.redirectRun <= len(s.cfg.Managers) {
+			s.addr = ev.standby
+			s.connect()
+			return
+		}
+		s.retry(c, "", ev.err) // back and forth: pace it, from the list
 	case c.applied:
 		s.retry(c, c.addr, ev.err)
 	default:

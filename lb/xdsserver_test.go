@@ -44,16 +44,17 @@ type xdsServer struct {
 	hbs    *cache.LinearCache
 	hbSeq  uint64
 
-	mu      sync.Mutex
-	gen     int64 // incarnation: stream ids restart with each
-	addr    string
-	gs      *grpc.Server
-	cancel  context.CancelFunc
-	leader  *string // non-nil: refuse streams, naming *leader
-	hang    bool    // accept streams and never answer
-	opens   int
-	log     []record
-	changed chan struct{}
+	mu        sync.Mutex
+	gen       int64 // incarnation: stream ids restart with each
+	addr      string
+	gs        *grpc.Server
+	cancel    context.CancelFunc
+	leader    *string // non-nil: refuse streams, naming *leader
+	toStandby string  // non-empty: refuse streams as a leader naming this standby
+	hang      bool    // accept streams and never answer
+	opens     int
+	log       []record
+	changed   chan struct{}
 }
 
 // record is a request received or a response sent on a stream, identified
@@ -187,6 +188,14 @@ func (s *xdsServer) standby(leader string) {
 	s.leader = &leader
 }
 
+// shedTo makes the server refuse streams as a leader that leaves Lookups
+// to its standbys, naming standby.
+func (s *xdsServer) shedTo(standby string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.toStandby = standby
+}
+
 // hangStreams makes the server accept streams and never answer them.
 func (s *xdsServer) hangStreams() {
 	s.mu.Lock()
@@ -197,12 +206,15 @@ func (s *xdsServer) hangStreams() {
 func (s *xdsServer) OnDeltaStreamOpen(ctx context.Context, _ int64, _ string) error {
 	s.mu.Lock()
 	s.opens++
-	leader, hang := s.leader, s.hang
+	leader, hang, toStandby := s.leader, s.hang, s.toStandby
 	s.signalLocked()
 	switch {
 	case hang:
 		<-ctx.Done()
 		return ctx.Err()
+	case toStandby != "":
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(StandbyTrailer, toStandby))
+		return status.Errorf(codes.Unavailable, "the leader leaves Lookup streams to its standbys; standby: %q", toStandby)
 	case leader == nil:
 		return nil
 	}

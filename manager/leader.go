@@ -152,6 +152,7 @@ func (l *leaderState) run() {
 					l.s.cfg.Heartbeat(nc.Name)
 				}
 			}
+			l.s.handOffLookups()
 		}
 		select {
 		case <-l.quit:

@@ -48,7 +48,8 @@ type Server struct {
 
 	heartbeatTimeout time.Duration // raft's: after it, a standby stops naming the leader
 	sessions         *sessionLimiter
-	proxies          *proxyHub // ProxyService (proxysvc.go); guarded by mu
+	proxies          *proxyHub   // ProxyService (proxysvc.go); guarded by mu
+	peers            peerContact // the standbys in contact, on the leader (standby.go)
 
 	mu     sync.Mutex
 	leader *leaderState // non-nil while this node leads
@@ -63,7 +64,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sessions: newSessionLimiter(cfg.SessionRate, cfg.SessionBurst)}
+	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sessions: newSessionLimiter(cfg.SessionRate, cfg.SessionBurst),
+		peers: peerContact{ok: map[raft.ServerID]bool{}}}
 	s.fsm = newFSM(cfg.LogRetention, cfg.LeaseDuration, cfg.Observer)
 	s.events = newEventHub(cfg.Clock, defaultEventBacklog, defaultMaxSubscribers)
 	s.fsm.events = s.events
@@ -134,6 +136,9 @@ func (s *Server) Start(register func(*grpc.Server)) (err error) {
 	if s.raft, err = raft.NewRaft(rc, s.fsm, s.store, s.store, snaps, s.trans); err != nil {
 		return fmt.Errorf("manager: raft: %w", err)
 	}
+	peers := s.observePeers()
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); peers() }()
 	if !existing && s.cfg.Join == "" {
 		boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: s.trans.LocalAddr()}}}
 		if err := s.raft.BootstrapCluster(boot).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {

@@ -15,9 +15,12 @@ import (
 
 // Errors of the manager service.
 var (
-	ErrNotLeader    = errors.New("manager: not the leader")
-	ErrOwnerInUse   = errors.New("manager: owner name held by another live session")
-	ErrShuttingDown = errors.New("manager: shutting down")
+	ErrNotLeader = errors.New("manager: not the leader")
+	// ErrLookupsOnStandbys refuses a Lookup stream on the leader while a
+	// standby in contact serves them (CheckLookup).
+	ErrLookupsOnStandbys = errors.New("manager: the leader leaves Lookup streams to its standbys")
+	ErrOwnerInUse        = errors.New("manager: owner name held by another live session")
+	ErrShuttingDown      = errors.New("manager: shutting down")
 )
 
 // Clock is the service's time source. The lease core never reads a clock;
@@ -126,6 +129,12 @@ type ServerConfig struct {
 	AdminToken string
 	// Pprof serves /debug/pprof on the admin address (admins only).
 	Pprof bool
+	// LeaderServesLookups makes the leader serve Lookup streams even while
+	// a standby in contact could. Off (the default), the leader sends them
+	// to its standbys, which serve them from their own raft state, and
+	// keeps its cores for the owners' streams and the commits; it serves
+	// Lookups only when no standby is in contact (CheckLookup).
+	LeaderServesLookups bool
 
 	// UnsafeNoInputChecks switches off the bounds on owner requests, the
 	// checks on cluster joins and the refusal of cross-origin admin writes:
@@ -144,6 +153,12 @@ type ServerConfig struct {
 	Heartbeat func(ns string)
 	// LookupStreams, when set, reports open lookup streams for /metrics.
 	LookupStreams func() int
+	// RecheckLookups, when set, marks up to n of this node's Lookup
+	// streams to ask CheckLookup again at their next request (the xds
+	// package's LeaseTable.RecheckLookups): a node that became leader
+	// hands the Lookups it served to its standbys with it, a share every
+	// heartbeat interval.
+	RecheckLookups func(n int) int
 	// XDSNACKs, when set, reports the xDS requests that carried an
 	// error_detail (NACKs) since start, for /metrics.
 	XDSNACKs func() uint64

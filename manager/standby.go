@@ -2,8 +2,21 @@ package manager
 
 import (
 	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
+
+// StandbyTrailer is the gRPC trailer in which the leader names a standby
+// when it leaves a Lookup stream to the standbys.
+const StandbyTrailer = "fuge-standby"
 
 // Lookup streams on standbys (issue 13): every node keeps its xDS tables
 // current as raft applies changes, so any node can serve Lookups, provided
@@ -27,14 +40,156 @@ func (s *Server) ServesLookups() bool {
 	return lid != "" && time.Since(s.raft.LastContact()) <= s.heartbeatTimeout
 }
 
-// CheckLookup is the gate for Lookup streams (xds.LeaseTableConfig.Gate):
-// nil while ServesLookups, or else CheckLeader's refusal, which names the
-// leader in the "fuge-leader" trailer.
+// CheckLookup is the gate for Lookup streams (xds.LeaseTableConfig.Gate).
+// A standby admits them while ServesLookups, and otherwise refuses with
+// CheckLeader's FAILED_PRECONDITION, which names the leader in the
+// "fuge-leader" trailer. The leader, which alone carries every owner's
+// stream and every commit, leaves Lookups to its standbys as read replicas
+// take reads from a primary: while a standby is in contact (raft's
+// heartbeats to it succeed) and ServerConfig.LeaderServesLookups is off, it
+// refuses with UNAVAILABLE and names one of them, in turn, in the
+// "fuge-standby" trailer; with no standby in contact it serves them.
 func (s *Server) CheckLookup(ctx context.Context) error {
+	if s.IsLeader() {
+		if addr := s.lookupStandby(); addr != "" {
+			_ = grpc.SetTrailer(ctx, metadata.Pairs(StandbyTrailer, addr))
+			return status.Errorf(codes.Unavailable, "%v; standby: %q", ErrLookupsOnStandbys, addr)
+		}
+		return nil
+	}
 	if s.ServesLookups() {
 		return nil
 	}
 	return s.CheckLeader(ctx)
+}
+
+// StandbysInContact returns the IDs of the standbys this node's raft
+// heartbeats reach while it leads, sorted; none on a standby.
+func (s *Server) StandbysInContact() []string {
+	if !s.IsLeader() {
+		return nil
+	}
+	var ids []string
+	for _, id := range s.peers.inContact() {
+		ids = append(ids, string(id))
+	}
+	return ids
+}
+
+// lookupStandby returns the gRPC address of a standby in contact with this
+// leader to send a Lookup to, the next one in turn, or "" when the leader
+// serves Lookups itself.
+func (s *Server) lookupStandby() string {
+	if s.cfg.LeaderServesLookups {
+		return ""
+	}
+	ids := s.peers.inContact()
+	for range ids {
+		i := s.peers.turn.Add(1) % uint64(len(ids))
+		if n, ok := s.fsm.node(string(ids[i])); ok && n.GRPCAddr != "" {
+			return n.GRPCAddr
+		}
+	}
+	return ""
+}
+
+// handOffLookups runs every heartbeat interval on the leader: while a
+// standby is in contact (and LeaderServesLookups is off), it marks a sixth
+// of the Lookup streams this node serves (those it took as a standby, or
+// while it had no standby) to ask CheckLookup again at their next request,
+// which sends them to a standby. A new leader so hands its Lookups off
+// within about six heartbeat intervals (one lease duration by default), a
+// share at a time rather than all at once.
+func (s *Server) handOffLookups() {
+	if s.cfg.LeaderServesLookups || s.cfg.RecheckLookups == nil || s.cfg.LookupStreams == nil {
+		return
+	}
+	n := s.cfg.LookupStreams()
+	if n == 0 || len(s.peers.inContact()) == 0 {
+		return
+	}
+	s.cfg.RecheckLookups((n + handOffShares - 1) / handOffShares)
+}
+
+// handOffShares is how many heartbeat intervals handOffLookups spreads a
+// leader's Lookups over.
+const handOffShares = 6
+
+// peerContact is the leader's view of which standbys are in contact, from
+// raft's observations: a peer is in contact from the start of its
+// replication until a heartbeat to it fails, and again once one succeeds.
+// An observation lost to a full channel is repeated (a failing peer's
+// heartbeats fail again) or errs toward the leader serving Lookups itself.
+type peerContact struct {
+	mu   sync.Mutex
+	ok   map[raft.ServerID]bool // replicated-to peers: in contact or not
+	turn atomic.Uint64
+}
+
+func (p *peerContact) inContact() []raft.ServerID {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ids []raft.ServerID
+	for id, ok := range p.ok {
+		if ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func (p *peerContact) observe(o raft.Observation) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch d := o.Data.(type) {
+	case raft.LeaderObservation:
+		clear(p.ok) // a new leader's replication announces its peers again
+	case raft.PeerObservation:
+		if d.Removed {
+			delete(p.ok, d.Peer.ID)
+		} else {
+			p.ok[d.Peer.ID] = true
+		}
+	case raft.FailedHeartbeatObservation:
+		if _, known := p.ok[d.PeerID]; known {
+			p.ok[d.PeerID] = false
+		}
+	case raft.ResumedHeartbeatObservation:
+		if _, known := p.ok[d.PeerID]; known {
+			p.ok[d.PeerID] = true
+		}
+	}
+}
+
+// observePeers registers for raft's observations of its peers, before
+// raft can elect this node, and returns the loop that feeds them to
+// s.peers until the node stops.
+func (s *Server) observePeers() (loop func()) {
+	ch := make(chan raft.Observation, 256)
+	ob := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.PeerObservation, raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
+			return true
+		}
+		return false
+	})
+	s.raft.RegisterObserver(ob)
+	return func() {
+		defer s.raft.DeregisterObserver(ob)
+		s.loopPeers(ch)
+	}
+}
+
+func (s *Server) loopPeers(ch <-chan raft.Observation) {
+	for {
+		select {
+		case <-s.stop:
+			return
+		case o := <-ch:
+			s.peers.observe(o)
+		}
+	}
 }
 
 // RunStandbyHeartbeats calls heartbeat for each of namespaces() every

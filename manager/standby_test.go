@@ -2,7 +2,14 @@ package manager_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fuge-project/fuge/manager"
 )
 
 // TestStandbyServesLookups checks that a standby in contact with the
@@ -52,5 +59,80 @@ func TestStandbyServesLookups(t *testing.T) {
 	case <-fromA:
 		t.Error("the leader's standby loop heartbeats")
 	default:
+	}
+}
+
+// TestLeaderLeavesLookupsToStandbys checks CheckLookup on the leader: it
+// serves Lookups while alone, refuses them with UNAVAILABLE once standbys
+// are in contact, naming each in turn, and names only those still in
+// contact once one is gone.
+func TestLeaderLeavesLookupsToStandbys(t *testing.T) {
+	a := startNode(t, "n1", "", nil)
+	eventually(t, "leadership", a.IsLeader)
+	if err := a.CheckLookup(context.Background()); err != nil {
+		t.Fatalf("a leader without standbys refuses a Lookup: %v", err)
+	}
+	_, _, ah := a.Addrs()
+	b := startNode(t, "n2", ah, nil)
+	c := startNode(t, "n3", ah, nil)
+	_, bg, _ := b.Addrs()
+	_, cg, _ := c.Addrs()
+	eventually(t, "the leader in contact with both standbys, and both serving", func() bool {
+		return slices.Equal(a.StandbysInContact(), []string{"n2", "n3"}) && b.ServesLookups() && c.ServesLookups()
+	})
+	// A standby is named once its join's addresses are applied.
+	seen := map[string]bool{}
+	eventually(t, "the leader to name both standbys", func() bool {
+		if err := a.CheckLookup(context.Background()); err != nil {
+			for _, addr := range []string{bg, cg} {
+				seen[addr] = seen[addr] || strings.Contains(err.Error(), addr)
+			}
+		}
+		return len(seen) == 2 && seen[bg] && seen[cg]
+	})
+	named := map[string]int{}
+	for range 4 {
+		err := a.CheckLookup(context.Background())
+		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), manager.ErrLookupsOnStandbys.Error()) {
+			t.Fatalf("the leader's refusal: %v; want UNAVAILABLE, %v", err, manager.ErrLookupsOnStandbys)
+		}
+		for _, addr := range []string{bg, cg} {
+			if strings.Contains(err.Error(), addr) {
+				named[addr]++
+			}
+		}
+	}
+	if named[bg] != 2 || named[cg] != 2 {
+		t.Errorf("four refusals named %v; want each standby twice (%s, %s)", named, bg, cg)
+	}
+	for _, s := range []*manager.Server{b, c} {
+		if err := s.CheckLookup(context.Background()); err != nil {
+			t.Fatalf("a standby refuses a Lookup: %v", err)
+		}
+	}
+
+	// n3 goes (the leader keeps its quorum with n2): only n2 is named.
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	c.Stop(ctx)
+	cancel()
+	eventually(t, "the leader to see n3 gone", func() bool { return slices.Equal(a.StandbysInContact(), []string{"n2"}) })
+	for range 3 {
+		if err := a.CheckLookup(context.Background()); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), bg) {
+			t.Fatalf("the leader's refusal with n3 gone: %v; want UNAVAILABLE naming %s", err, bg)
+		}
+	}
+}
+
+// TestLeaderServesLookupsOption checks LeaderServesLookups: that leader
+// serves Lookups with a standby in contact.
+func TestLeaderServesLookupsOption(t *testing.T) {
+	a := startNode(t, "n1", "", func(cfg *manager.ServerConfig) { cfg.LeaderServesLookups = true })
+	eventually(t, "leadership", a.IsLeader)
+	_, _, ah := a.Addrs()
+	b := startNode(t, "n2", ah, nil)
+	eventually(t, "n2 to hear from the leader", b.ServesLookups)
+	eventually(t, "the leader in contact with n2", func() bool { return slices.Equal(a.StandbysInContact(), []string{"n2"}) })
+	if err := a.CheckLookup(context.Background()); err != nil {
+		t.Fatalf("LeaderServesLookups: the leader refuses a Lookup: %v", err)
 	}
 }

@@ -180,10 +180,14 @@
 //
 // LeaseTableConfig.Gate is called as each Lookup stream opens (one whose
 // gRPC metadata carries wire.ClientKindKey = wire.ClientLookup, as
-// lb.Lookup sends). The manager passes its CheckLookup: the leader serves
-// Lookups, and so does every standby while it has heard from the leader
-// within raft's heartbeat timeout, so a 3-node cluster spreads its routers
-// over three nodes. Every node keeps its tables current, since the manager
+// lb.Lookup sends). The manager passes its CheckLookup: every standby
+// serves Lookups while it has heard from the leader within raft's
+// heartbeat timeout, and the leader, which carries every owner's stream
+// and every commit, sends them to its standbys while one is in contact
+// (UNAVAILABLE, naming one in the "fuge-standby" trailer, in turn) and
+// serves them itself only when none is, or when configured to
+// (manager.ServerConfig.LeaderServesLookups). A 3-node cluster spreads its
+// routers over its two standbys, or over all three nodes with that option. Every node keeps its tables current, since the manager
 // calls the observer on every node as raft applies changes, at the same
 // LSNs. A standby out of contact refuses Lookup streams with
 // FAILED_PRECONDITION and the leader's address in the "fuge-leader"

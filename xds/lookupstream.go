@@ -75,6 +75,8 @@ type lookupStream struct {
 	err     error // the first send error
 	cancel  context.CancelFunc
 	senders sync.WaitGroup
+	// recheck asks the gate again at the next request (RecheckLookups).
+	recheck atomic.Bool
 }
 
 // serveLookup serves a Lookup's delta ADS stream.
@@ -90,6 +92,14 @@ func (t *LeaseTable) serveLookup(s discovery.AggregatedDiscoveryService_DeltaAgg
 		return err
 	}
 	defer cb.closed(st.key)
+	t.smu.Lock()
+	t.lookups[st] = struct{}{}
+	t.smu.Unlock()
+	defer func() {
+		t.smu.Lock()
+		delete(t.lookups, st)
+		t.smu.Unlock()
+	}()
 	defer st.finish()
 	// A send error other than the stream's end (which ends Recv too)
 	// is seen at the next request; until then nothing more is sent, and
@@ -105,6 +115,13 @@ func (t *LeaseTable) serveLookup(s discovery.AggregatedDiscoveryService_DeltaAgg
 		}
 		if e := st.sendErr(); e != nil {
 			return e
+		}
+		if st.recheck.CompareAndSwap(true, false) && t.gate != nil {
+			if err := t.gate(s.Context()); err != nil {
+				t.handedOff.Add(1)
+				t.log.Debug("Lookup stream ended at a recheck", "stream", st.key.id, "err", err)
+				return err
+			}
 		}
 		if req.GetResponseNonce() != "" {
 			st.acked()

@@ -63,8 +63,9 @@ func isLookup(ctx context.Context) bool {
 
 func (c callbacks) open(ctx context.Context, k streamKey) error {
 	// Only Lookup streams are gated: Envoy and gRPC clients are served by
-	// every node from its replicated state (and may not follow a
-	// standby's pointer to the leader), Lookups by the leader alone.
+	// every node from its replicated state (and may not follow a node's
+	// pointer to another), Lookups where the gate admits them (the
+	// manager's CheckLookup: standbys in contact, the leader without them).
 	if c.t.gate != nil && isLookup(ctx) {
 		if err := c.t.gate(ctx); err != nil {
 			c.t.refused.Add(1)

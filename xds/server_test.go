@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -505,5 +506,94 @@ func TestLookupStreamUnacknowledged(t *testing.T) {
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: HeartbeatTypeURL})
 	if r := c.recvRaw(); r.GetTypeUrl() != HeartbeatTypeURL || len(r.GetResources()) != 1 {
 		t.Fatalf("heartbeat response: %s with %d resources", r.GetTypeUrl(), len(r.GetResources()))
+	}
+}
+
+// TestRecheckLookups checks that a marked Lookup stream asks the gate again
+// at its next request: admitted, it goes on; refused, it ends with the
+// gate's status and trailer, and only the streams marked do.
+func TestRecheckLookups(t *testing.T) {
+	ctx := testContext(t)
+	var refuse atomic.Bool
+	gate := func(ctx context.Context) error {
+		if !refuse.Load() {
+			return nil
+		}
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("fuge-standby", "10.0.0.3:7401"))
+		return status.Error(codes.Unavailable, "manager: the leader leaves Lookup streams to its standbys")
+	}
+	lt, conn := newTestServer(t, LeaseTableConfig{Gate: gate})
+	marked := func() int {
+		lt.smu.Lock()
+		defer lt.smu.Unlock()
+		n := 0
+		for st := range lt.lookups {
+			if st.recheck.Load() {
+				n++
+			}
+		}
+		return n
+	}
+	va := fourArcs()
+	lt.NamespaceView("ns", va, 1)
+	a := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
+	b := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
+	wantDelta(t, a.recv(), "ns", va, allAt(1), nil)
+	wantDelta(t, b.recv(), "ns", va, allAt(1), nil)
+
+	// Marked while the gate admits them: both go on.
+	if n := lt.RecheckLookups(5); n != 2 {
+		t.Fatalf("RecheckLookups(5) marked %d of 2 streams", n)
+	}
+	va2 := slices.Clone(va)
+	va2[0] = arcEntry(3*q, 0, "y", 5)
+	lt.NamespaceView("ns", va2, 2)
+	wantDelta(t, a.recv(), "ns", va2, at{0: 2}, nil)
+	wantDelta(t, b.recv(), "ns", va2, at{0: 2}, nil)
+	poll(t, "the marks to be checked", func() bool { return marked() == 0 })
+	if st := lt.Stats(); st.Streams != 2 || st.Rechecked != 0 {
+		t.Fatalf("stats %+v, want 2 streams and none ended", st)
+	}
+
+	// The gate refuses now: of two streams, the one marked ends at its
+	// next request (an acknowledgement), the other is served.
+	refuse.Store(true)
+	if n := lt.RecheckLookups(1); n != 1 {
+		t.Fatalf("RecheckLookups(1) marked %d streams", n)
+	}
+	va3 := slices.Clone(va2)
+	va3[1] = arcEntry(0, q, "z", 6)
+	lt.NamespaceView("ns", va3, 3)
+	// Each gets va3 and acknowledges it, unless an acknowledgement still
+	// on its way ended it first.
+	var errs [2]error
+	for i, c := range []*deltaClient{a, b} {
+		resp, err := c.s.Recv()
+		if errs[i] = err; err == nil {
+			wantDelta(t, resp, "ns", va3, at{16: 3}, nil)
+			_ = c.s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resp.TypeUrl, ResponseNonce: resp.Nonce})
+		}
+	}
+	poll(t, "the marked stream to end", func() bool { return lt.Stats().Rechecked == 1 })
+	va4 := slices.Clone(va3)
+	va4[2] = arcEntry(q, 2*q, "w", 7)
+	lt.NamespaceView("ns", va4, 4)
+	ended := 0
+	for i, c := range []*deltaClient{a, b} {
+		err := errs[i]
+		if err == nil {
+			var resp *discovery.DeltaDiscoveryResponse
+			if resp, err = c.s.Recv(); err == nil {
+				wantDelta(t, resp, "ns", va4, at{32: 4}, nil)
+				continue
+			}
+		}
+		ended++
+		if status.Code(err) != codes.Unavailable || !slices.Equal(c.s.Trailer().Get("fuge-standby"), []string{"10.0.0.3:7401"}) {
+			t.Errorf("the marked stream ended with %v, trailer %v; want the gate's UNAVAILABLE and fuge-standby", err, c.s.Trailer())
+		}
+	}
+	if st := lt.Stats(); ended != 1 || st.Streams != 1 || st.Rechecked != 1 {
+		t.Errorf("%d streams ended, stats %+v; want 1 ended, 1 stream left, 1 ended at a recheck", ended, lt.Stats())
 	}
 }

@@ -76,6 +76,7 @@ type Stats struct {
 	Namespaces int    // namespaces with a view
 	Streams    int    // xDS streams open and admitted by the gate
 	Refused    uint64 // streams the gate refused
+	Rechecked  uint64 // Lookup streams the gate ended when RecheckLookups asked it again
 	Pushes     uint64 // responses sent, SotW and delta
 	NACKs      uint64 // requests carrying an error_detail
 	BadViews   uint64 // views refused by validation
@@ -105,6 +106,9 @@ type LeaseTable struct {
 
 	smu     sync.Mutex
 	streams map[streamKey]struct{}
+	lookups map[*lookupStream]struct{} // the Lookup streams among streams
+
+	handedOff atomic.Uint64 // Lookup streams ended by the gate at a recheck
 
 	refused, pushes, nacks, badViews, views, flushes atomic.Uint64
 	badRings, rings, ringPushes                      atomic.Uint64
@@ -205,6 +209,7 @@ func newLeaseTable(cfg LeaseTableConfig, clk clock) *LeaseTable {
 		listener: lis,
 		spaces:   map[string]*space{},
 		streams:  map[streamKey]struct{}{},
+		lookups:  map[*lookupStream]struct{}{},
 	}
 	cb := callbacks{t}
 	gl := cpLogger(lg)
@@ -483,6 +488,28 @@ func (t *LeaseTable) Namespaces() []string {
 }
 
 // Stats returns the table's counters.
+// RecheckLookups marks up to n open Lookup streams, chosen at random, to
+// ask the gate again at their next request (a Lookup acknowledges every
+// response, heartbeats included, so within a heartbeat interval): a
+// stream the gate now refuses ends with its error, the others go on. It
+// returns how many it marked. A manager that became leader hands the
+// Lookups it served as a standby to its standbys this way, a share at a
+// time.
+func (t *LeaseTable) RecheckLookups(n int) int {
+	t.smu.Lock()
+	defer t.smu.Unlock()
+	marked := 0
+	for st := range t.lookups {
+		if marked >= n {
+			break
+		}
+		if st.recheck.CompareAndSwap(false, true) {
+			marked++
+		}
+	}
+	return marked
+}
+
 func (t *LeaseTable) Stats() Stats {
 	n := 0
 	t.mu.RLock()
@@ -499,6 +526,7 @@ func (t *LeaseTable) Stats() Stats {
 		Namespaces: n,
 		Streams:    s,
 		Refused:    t.refused.Load(),
+		Rechecked:  t.handedOff.Load(),
 		Pushes:     t.pushes.Load(),
 		NACKs:      t.nacks.Load(),
 		BadViews:   t.badViews.Load(),

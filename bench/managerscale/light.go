@@ -78,18 +78,24 @@ func (l *lightLookup) run(ctx context.Context) {
 	i := rand.IntN(len(l.managers))
 	addr := l.managers[i]
 	backoff := 50 * time.Millisecond
+	redirects := 0 // named addresses followed since a response last arrived
 	for {
-		leader, got := l.stream(ctx, addr)
+		named, got := l.stream(ctx, addr)
 		if ctx.Err() != nil {
 			return
 		}
 		l.reconnects.Add(1)
 		if got {
-			backoff = 50 * time.Millisecond
+			backoff, redirects = 50*time.Millisecond, 0
 		}
-		if leader != "" {
-			addr = leader
-		} else if !got {
+		// A standby names the leader, the leader a standby: follow it at
+		// once, as lb.Lookup does, unless it sends us back and forth.
+		if named != "" && redirects < len(l.managers) {
+			addr = named
+			redirects++
+			continue
+		}
+		if !got { // a node that served us is retried first
 			i = (i + 1) % len(l.managers)
 			addr = l.managers[i]
 		}
@@ -108,16 +114,18 @@ var adsStream = grpc.StreamDesc{StreamName: "DeltaAggregatedResources", ServerSt
 const adsMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
 
 // stream runs one stream to addr until it ends; got reports whether a
-// response arrived, leader is the stream's "fuge-leader" trailer.
-func (l *lightLookup) stream(ctx context.Context, addr string) (leader string, got bool) {
-	leader, got, err := l.streamErr(ctx, addr)
-	if err != nil && ctx.Err() == nil && l.reconnects.Load() < 3 {
+// response arrived, named is the node its trailer names: the leader
+// ("fuge-leader", from a standby out of contact) or a standby
+// ("fuge-standby", from the leader, which leaves Lookups to them).
+func (l *lightLookup) stream(ctx context.Context, addr string) (named string, got bool) {
+	named, got, err := l.streamErr(ctx, addr)
+	if err != nil && ctx.Err() == nil && named == "" && l.reconnects.Load() < 3 {
 		log.Printf("%s: stream to %s ended: %v", l.name, addr, err)
 	}
-	return leader, got
+	return named, got
 }
 
-func (l *lightLookup) streamErr(ctx context.Context, addr string) (leader string, got bool, err error) {
+func (l *lightLookup) streamErr(ctx context.Context, addr string) (named string, got bool, err error) {
 	var cc *grpc.ClientConn
 	if l.conns != nil {
 		var release func()
@@ -159,10 +167,13 @@ func (l *lightLookup) streamErr(ctx context.Context, addr string) (leader string
 	for {
 		r.watch = l.watch
 		if err := st.RecvMsg(&r); err != nil {
-			if v := st.Trailer().Get(lb.LeaderTrailer); len(v) > 0 {
-				leader = v[0]
+			tr := st.Trailer()
+			for _, key := range []string{lb.LeaderTrailer, lb.StandbyTrailer} {
+				if v := tr.Get(key); len(v) > 0 {
+					named = v[0]
+				}
 			}
-			return leader, got, err
+			return named, got, err
 		}
 		got = true
 		ack := &discovery.DeltaDiscoveryRequest{TypeUrl: r.typeURL, ResponseNonce: r.nonce}

@@ -82,8 +82,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.Clock = clientshell.NewRateClock(c.ClockRate)
 		log.Warn("the lease clock runs at a test rate", "rate", c.ClockRate)
 	}
-	// The lease table gates lookup streams (the leader, and standbys in
-	// contact with it, serve them), so it needs the server, which needs
+	// The lease table gates lookup streams (standbys in contact with the
+	// leader serve them, the leader only without such standbys, or with
+	// --leader-serves-lookups), so it needs the server, which needs
 	// the table as its observer. The gate is only called from streams the
 	// server serves, after Start, when server is set.
 	var server *manager.Server
@@ -95,6 +96,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg.Observer = lt // a manager.RingObserver: it also serves Envoy and gRPC
 	cfg.Heartbeat = lt.Heartbeat
 	cfg.LookupStreams = func() int { return lt.Stats().Streams }
+	cfg.RecheckLookups = lt.RecheckLookups
 	cfg.XDSNACKs = func() uint64 { return lt.Stats().NACKs }
 	cfg.GRPCOptions = lt.ServerOptions()
 	server, err = manager.NewServer(cfg)

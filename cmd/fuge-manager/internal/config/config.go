@@ -144,6 +144,16 @@ func settings() []setting {
 				c.Server.Pprof = b
 				return nil
 			}},
+		{flag: "leader-serves-lookups", env: "FUGE_LEADER_SERVES_LOOKUPS", key: "leader_serves_lookups", arg: "BOOL", def: "false",
+			usage: "the leader serves Lookup streams even while a standby in contact could; by default it\n\tsends them to a standby (UNAVAILABLE, trailer fuge-standby) and serves them only with none",
+			set: func(c *Config, v string) error {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return errors.New("want true or false")
+				}
+				c.Server.LeaderServesLookups = b
+				return nil
+			}},
 		{flag: "lease-duration", env: "FUGE_LEASE_DURATION", key: "lease_duration", arg: "DURATION", def: "8s",
 			usage: "owner lease T of namespaces that set none; the manager holds T·65/60",
 			set:   func(c *Config, v string) error { return duration(&c.Server.LeaseDuration, v) }},
