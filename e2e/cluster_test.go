@@ -302,10 +302,16 @@ func startOwner(t *testing.T, c *cluster, name string, rec *recorder) *ownerguar
 
 func startLookup(t *testing.T, c *cluster, name string, rec *recorder) *lb.Lookup {
 	t.Helper()
-	l, err := lb.NewLookup(lb.LookupConfig{
+	return runLookup(t, lb.LookupConfig{
 		Managers: c.grpcAddrs(), Namespace: testNS, Name: name,
 		OnLoss: rec.lossFn(name), StalenessBound: 3 * c.T,
 	})
+}
+
+// runLookup starts a Lookup of cfg, closed when the test ends.
+func runLookup(t *testing.T, cfg lb.LookupConfig) *lb.Lookup {
+	t.Helper()
+	l, err := lb.NewLookup(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

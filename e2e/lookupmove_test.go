@@ -159,6 +159,22 @@ func (w *tableWatch) check() []string {
 	return probs
 }
 
+// startMover starts a Lookup that tries managers in order, reporting its
+// losses to w, with the timing of the tests of moves: a staleness bound of
+// 10·T, wide so that a move on a loaded CI machine (race detector, two
+// cores shared with other test packages) fits in it (one run in twelve
+// under load gave up on everything with 3·T after streams went silent,
+// Stalls 4; the tests are about what a move keeps, not how fast it is), a
+// silent stream abandoned after 1.5·T, and a short backoff.
+func startMover(t *testing.T, managers []string, name string, T time.Duration, w *tableWatch) *lb.Lookup {
+	t.Helper()
+	return runLookup(t, lb.LookupConfig{
+		Managers: managers, InOrder: true, Namespace: testNS, Name: name,
+		OnLoss: w.onLoss, StalenessBound: 10 * T, StreamTimeout: 3 * T / 2,
+		Backoff: lb.BackoffConfig{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+	})
+}
+
 // TestLookupMovesBetweenNodes runs a Lookup on a standby of a 3-node
 // cluster while owners join and leave, then kills the node serving it,
 // twice (a standby, then the other standby, to which the leader, the
@@ -199,24 +215,7 @@ func TestLookupMovesBetweenNodes(t *testing.T) {
 	for _, nd := range order {
 		addrs = append(addrs, nd.cfg.GRPCAddr)
 	}
-	// The staleness bound is wide (10·T) so that a move on a loaded CI
-	// machine (race detector, two cores shared with other test packages)
-	// fits in it: one run in twelve under load gave up on everything with
-	// 3·T after streams went silent (Stalls 4). The test is about what a
-	// move keeps, not how fast it is; a silent stream is still abandoned
-	// after 1.5·T, as it was with the default for 3·T.
-	l, err := lb.NewLookup(lb.LookupConfig{
-		Managers: addrs, InOrder: true, Namespace: testNS, Name: "mover",
-		OnLoss: w.onLoss, StalenessBound: 10 * T, StreamTimeout: 3 * T / 2,
-		Backoff: lb.BackoffConfig{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
+	l := startMover(t, addrs, "mover", T, &w)
 	t.Cleanup(func() {
 		churnMu.Lock()
 		defer churnMu.Unlock()
@@ -392,18 +391,7 @@ func TestNewLeaderHandsOffLookups(t *testing.T) {
 		w := &watches[len(lookups)]
 		// Only this standby is listed: the Lookup reaches another node
 		// only by a trailer naming it.
-		l, err := lb.NewLookup(lb.LookupConfig{
-			Managers: []string{nd.cfg.GRPCAddr}, Namespace: testNS, Name: "on-" + nd.cfg.NodeID,
-			OnLoss: w.onLoss, StalenessBound: 10 * T, StreamTimeout: 3 * T / 2,
-			Backoff: lb.BackoffConfig{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
+		l := startMover(t, []string{nd.cfg.GRPCAddr}, "on-"+nd.cfg.NodeID, T, w)
 		lookups = append(lookups, l)
 		stops = append(stops, w.follow(l))
 	}

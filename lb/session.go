@@ -480,30 +480,35 @@ func (s *session) ended(c *conn, ev streamEvent) {
 	}
 	switch {
 	case status.Code(ev.err) == codes.FailedPrecondition && ev.leader != "":
-		s.l.redirects.Add(1)
-		s.redirectRun++
 		s.l.log.Info("following the leader", "standby", c.addr, "leader", ev.leader)
-		if s.redirectRun <= len(s.cfg.Managers) {
-			s.addr = ev.leader
-			s.connect()
-			return
+		if !s.redirect(ev.leader) {
+			s.retry(c, ev.leader, ev.err)
 		}
-		s.retry(c, ev.leader, ev.err)
 	case status.Code(ev.err) == codes.Unavailable && ev.standby != "":
-		s.l.redirects.Add(1)
-		s.redirectRun++
 		s.l.log.Info("going to a standby", "leader", c.addr, "standby", ev.standby)
-		if s.redirectRun <= len(s.cfg.Managers) {
-			s.addr = ev.standby
-			s.connect()
-			return
+		if !s.redirect(ev.standby) {
+			s.retry(c, "", ev.err) // back and forth: pace it, from the list
 		}
-		s.retry(c, "", ev.err) // back and forth: pace it, from the list
 	case c.applied:
 		s.retry(c, c.addr, ev.err)
 	default:
 		s.retry(c, "", ev.err)
 	}
+}
+
+// redirect connects at once to the node a trailer named, unless as many
+// redirects as there are managers were followed since a table was last
+// applied (nodes sending the Lookup back and forth): then it returns false
+// and the caller paces the next attempt.
+func (s *session) redirect(to string) bool {
+	s.l.redirects.Add(1)
+	s.redirectRun++
+	if s.redirectRun > len(s.cfg.Managers) {
+		return false
+	}
+	s.addr = to
+	s.connect()
+	return true
 }
 
 // retry schedules the next stream after a backoff, to next or, when next

@@ -28,7 +28,7 @@ func fastRaft(c *manager.ServerConfig) {
 	c.RaftLeaderLeaseTimeout = 50 * time.Millisecond
 }
 
-func startNode(t *testing.T, id, join string, mut func(*manager.ServerConfig)) *manager.Server {
+func startNode(t testing.TB, id, join string, mut func(*manager.ServerConfig)) *manager.Server {
 	t.Helper()
 	cfg := manager.DefaultServerConfig()
 	cfg.NodeID = id
@@ -70,12 +70,19 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func dial(t *testing.T, addr string) fugev1.OwnerServiceClient {
 	t.Helper()
+	return fugev1.NewOwnerServiceClient(dialConn(t, addr))
+}
+
+// dialConn is a plaintext client connection to addr, closed when the test
+// ends.
+func dialConn(t testing.TB, addr string) *grpc.ClientConn {
+	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return fugev1.NewOwnerServiceClient(cc)
+	return cc
 }
 
 // hello is a session's first request, with the test nodes' lease duration.

@@ -126,34 +126,13 @@ func settings() []setting {
 			set:   func(c *Config, v string) error { c.TLS.Key = v; return nil }},
 		{flag: "insecure", env: "FUGE_INSECURE", key: "insecure", arg: "BOOL", def: "false",
 			usage: "no TLS and no authentication on any port: for tests only",
-			set: func(c *Config, v string) error {
-				b, err := strconv.ParseBool(v)
-				if err != nil {
-					return errors.New("want true or false")
-				}
-				c.TLS.Insecure = b
-				return nil
-			}},
+			set:   func(c *Config, v string) error { return boolean(&c.TLS.Insecure, v) }},
 		{flag: "pprof", env: "FUGE_PPROF", key: "pprof", arg: "BOOL", def: "false",
 			usage: "serve /debug/pprof on the admin address (to admins when a token is set)",
-			set: func(c *Config, v string) error {
-				b, err := strconv.ParseBool(v)
-				if err != nil {
-					return errors.New("want true or false")
-				}
-				c.Server.Pprof = b
-				return nil
-			}},
+			set:   func(c *Config, v string) error { return boolean(&c.Server.Pprof, v) }},
 		{flag: "leader-serves-lookups", env: "FUGE_LEADER_SERVES_LOOKUPS", key: "leader_serves_lookups", arg: "BOOL", def: "false",
 			usage: "the leader serves Lookup streams even while a standby in contact could; by default it\n\tsends them to a standby (UNAVAILABLE, trailer fuge-standby) and serves them only with none",
-			set: func(c *Config, v string) error {
-				b, err := strconv.ParseBool(v)
-				if err != nil {
-					return errors.New("want true or false")
-				}
-				c.Server.LeaderServesLookups = b
-				return nil
-			}},
+			set:   func(c *Config, v string) error { return boolean(&c.Server.LeaderServesLookups, v) }},
 		{flag: "lease-duration", env: "FUGE_LEASE_DURATION", key: "lease_duration", arg: "DURATION", def: "8s",
 			usage: "owner lease T of namespaces that set none; the manager holds T·65/60",
 			set:   func(c *Config, v string) error { return duration(&c.Server.LeaseDuration, v) }},
@@ -378,6 +357,16 @@ func optHostPort(dst *string, v string) error {
 		return nil
 	}
 	return hostPort(dst, v)
+}
+
+// boolean parses a flag's BOOL into dst.
+func boolean(dst *bool, v string) error {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return errors.New("want true or false")
+	}
+	*dst = b
+	return nil
 }
 
 func duration(dst *time.Duration, v string) error {
