@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -501,6 +502,26 @@ func TestXDSFollowsStandbyTrailer(t *testing.T) {
 	leader.wait("the refused stream", func(log []record, opens int) bool { return opens > 0 })
 	if n := len(leader.records()); n != 0 {
 		t.Fatalf("the leader processed %d messages", n)
+	}
+	checkAt(t, l, q, quarters[0])
+}
+
+// TestXDSFallsBackToLeader: the standby the leader names cannot be
+// reached; the Lookup then asks the leader to serve it
+// (wire.LeaderFallbackKey), and the leader does.
+func TestXDSFallsBackToLeader(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	leader := newXDSServer(t, ns, quarters...)
+	leader.shedTo(dead)
+	l, _ := startLookup(t, []string{leader.Addr()}, nil)
+	waitReady(t, l)
+	if st := l.Stats(); st.Redirects < 1 || st.Attempts < 3 {
+		t.Fatalf("stats %+v, want a redirect to the standby, then the leader again", st)
 	}
 	checkAt(t, l, q, quarters[0])
 }

@@ -62,8 +62,12 @@ type session struct {
 	idx         int    // index in Managers of the last address tried from the list
 	attempt     int    // failed streams since a table was last applied
 	redirectRun int    // redirects followed since a table was last applied
-	backoffT    *time.Timer
-	backoffC    <-chan time.Time
+	// toStandby: the next stream goes where the leader's "fuge-standby"
+	// trailer named; standbyMissed: such a stream ended before a table was
+	// applied, and streams ask the leader to serve them until one is.
+	toStandby, standbyMissed bool
+	backoffT                 *time.Timer
+	backoffC                 <-chan time.Time
 
 	timerC    <-chan time.Time // protocol timer (staleness, StreamTimeout)
 	timerStop func() bool
@@ -82,6 +86,9 @@ type conn struct {
 	synced   bool                                  // the last ArcBlock response was applied: heartbeats count
 	closing  bool                                  // half-closed after a NACK; what arrives is ignored
 	grace    *time.Timer
+	// viaStandby: the leader named this stream's node ("fuge-standby");
+	// fallback: the stream asks the leader to serve it (wire.LeaderFallbackKey).
+	viaStandby, fallback bool
 }
 
 // streamEvent is what a reader posts: a response, or the end of its stream.
@@ -160,7 +167,9 @@ func (s *session) shutdown() {
 // subscriptions, the ArcBlock one with the versions of the blocks held.
 func (s *session) connect() {
 	s.nextID++
-	c := &conn{id: s.nextID, addr: s.addr, out: make(chan *discovery.DeltaDiscoveryRequest, outQueue), lastRecv: s.now()}
+	c := &conn{id: s.nextID, addr: s.addr, out: make(chan *discovery.DeltaDiscoveryRequest, outQueue), lastRecv: s.now(),
+		viaStandby: s.toStandby, fallback: s.standbyMissed}
+	s.toStandby = false
 	c.ctx, c.cancel = context.WithCancel(s.ctx)
 	if s.l.attempts.Add(1) > 1 {
 		s.l.reconnects.Add(1)
@@ -211,6 +220,9 @@ func (s *session) recv(c *conn) (trailer metadata.MD, err error) {
 	// Name the stream a Lookup's: the nodes gate those (a standby out of
 	// contact names the leader, the leader names a standby).
 	ctx := metadata.AppendToOutgoingContext(c.ctx, wire.ClientKindKey, wire.ClientLookup)
+	if c.fallback {
+		ctx = metadata.AppendToOutgoingContext(ctx, wire.LeaderFallbackKey, "1")
+	}
 	st, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
 	if err != nil {
 		return nil, err
@@ -437,7 +449,7 @@ func (s *session) applyTouched(c *conn) bool {
 // loss upcall.
 func (s *session) applied(c *conn, entries []lease.Entry, out Output) {
 	c.synced, c.applied = true, true
-	s.attempt, s.redirectRun = 0, 0
+	s.attempt, s.redirectRun, s.standbyMissed = 0, 0, false
 	// The table the core holds is entries with adjacent arcs of equal
 	// owner, address and generation merged: when none were (as from a
 	// manager, whose views are merged already), entries is it, and a copy
@@ -478,6 +490,12 @@ func (s *session) ended(c *conn, ev streamEvent) {
 	if c.grace != nil {
 		c.grace.Stop()
 	}
+	if c.viaStandby && !c.applied {
+		// The standby the leader named did not serve us (unreachable, or
+		// out of contact and naming the leader back): until a table is
+		// applied, ask the leader to serve us (wire.LeaderFallbackKey).
+		s.standbyMissed = true
+	}
 	switch {
 	case status.Code(ev.err) == codes.FailedPrecondition && ev.leader != "":
 		s.l.log.Info("following the leader", "standby", c.addr, "leader", ev.leader)
@@ -486,7 +504,9 @@ func (s *session) ended(c *conn, ev streamEvent) {
 		}
 	case status.Code(ev.err) == codes.Unavailable && ev.standby != "":
 		s.l.log.Info("going to a standby", "leader", c.addr, "standby", ev.standby)
+		s.toStandby = true
 		if !s.redirect(ev.standby) {
+			s.toStandby = false
 			s.retry(c, "", ev.err) // back and forth: pace it, from the list
 		}
 	case c.applied:

@@ -188,6 +188,12 @@ func (s *xdsServer) standby(leader string) {
 	s.leader = &leader
 }
 
+// fallback reports whether a stream asks the leader to serve it.
+func fallback(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return len(md.Get(wire.LeaderFallbackKey)) > 0
+}
+
 // shedTo makes the server refuse streams as a leader that leaves Lookups
 // to its standbys, naming standby.
 func (s *xdsServer) shedTo(standby string) {
@@ -212,7 +218,7 @@ func (s *xdsServer) OnDeltaStreamOpen(ctx context.Context, _ int64, _ string) er
 	case hang:
 		<-ctx.Done()
 		return ctx.Err()
-	case toStandby != "":
+	case toStandby != "" && !fallback(ctx):
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(StandbyTrailer, toStandby))
 		return status.Errorf(codes.Unavailable, "the leader leaves Lookup streams to its standbys; standby: %q", toStandby)
 	case leader == nil:

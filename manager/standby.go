@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/fuge-project/fuge/api/wire"
 )
 
 // StandbyTrailer is the gRPC trailer in which the leader names a standby
@@ -48,10 +50,12 @@ func (s *Server) ServesLookups() bool {
 // take reads from a primary: while a standby is in contact (raft's
 // heartbeats to it succeed) and ServerConfig.LeaderServesLookups is off, it
 // refuses with UNAVAILABLE and names one of them, in turn, in the
-// "fuge-standby" trailer; with no standby in contact it serves them.
+// "fuge-standby" trailer; with no standby in contact, or for a Lookup that
+// could not reach the standby named (wire.LeaderFallbackKey), it serves
+// them.
 func (s *Server) CheckLookup(ctx context.Context) error {
 	if s.IsLeader() {
-		if addr := s.lookupStandby(); addr != "" {
+		if addr := s.lookupStandby(); addr != "" && !askedLeader(ctx) {
 			_ = grpc.SetTrailer(ctx, metadata.Pairs(StandbyTrailer, addr))
 			return status.Errorf(codes.Unavailable, "%v; standby: %q", ErrLookupsOnStandbys, addr)
 		}
@@ -74,6 +78,13 @@ func (s *Server) StandbysInContact() []string {
 		ids = append(ids, string(id))
 	}
 	return ids
+}
+
+// askedLeader reports whether a Lookup asks the leader to serve it
+// (wire.LeaderFallbackKey): a standby the leader named did not.
+func askedLeader(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return len(md.Get(wire.LeaderFallbackKey)) > 0
 }
 
 // lookupStandby returns the gRPC address of a standby in contact with this

@@ -7,8 +7,10 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/fuge-project/fuge/api/wire"
 	"github.com/fuge-project/fuge/manager"
 )
 
@@ -104,6 +106,11 @@ func TestLeaderLeavesLookupsToStandbys(t *testing.T) {
 	}
 	if named[bg] != 2 || named[cg] != 2 {
 		t.Errorf("four refusals named %v; want each standby twice (%s, %s)", named, bg, cg)
+	}
+	// A Lookup that could not reach the standby named asks the leader.
+	fallback := metadata.NewIncomingContext(context.Background(), metadata.Pairs(wire.LeaderFallbackKey, "1"))
+	if err := a.CheckLookup(fallback); err != nil {
+		t.Errorf("the leader refuses a Lookup asking it to serve (%s): %v", wire.LeaderFallbackKey, err)
 	}
 	for _, s := range []*manager.Server{b, c} {
 		if err := s.CheckLookup(context.Background()); err != nil {

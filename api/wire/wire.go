@@ -269,12 +269,20 @@ func EntryFrom(a *fugev1.Arc) (lease.Entry, error) {
 
 // ClientKindKey is the gRPC metadata key with which a Fuge client names its
 // kind as it opens an xDS stream to a manager. A Lookup sends ClientLookup:
-// its stream is served by the leader only, which alone sends the
-// heartbeats its staleness bound counts on. Streams without it (Envoy,
-// proxyless gRPC) are served by any manager node from its replicated state.
+// its stream is served by standbys in contact with the leader, which send
+// the heartbeats its staleness bound counts on, and by the leader when it
+// has no such standby. Streams without it (Envoy, proxyless gRPC) are
+// served by any manager node from its replicated state.
+//
+// A Lookup that could not reach the standby the leader named sends
+// LeaderFallbackKey (any value) on its next streams, until it holds a
+// table again: the leader then serves it, so that standbys whose gRPC
+// port is unreachable (a firewall, an advertised address that is wrong)
+// cost Lookups a detour, not the manager.
 const (
-	ClientKindKey = "fuge-client"
-	ClientLookup  = "lookup"
+	ClientKindKey     = "fuge-client"
+	ClientLookup      = "lookup"
+	LeaderFallbackKey = "fuge-leader-fallback"
 )
 
 // A Lookup stream's answer larger than MaxLookupResponseBytes of resources
