@@ -102,7 +102,9 @@
 // "fuge-standby" trailer (it serves Lookups only with no standby in
 // contact, unless configured to). The Lookup goes to the node named next,
 // at once (a few times in a row at most), and otherwise tries the managers
-// in turn with a grpc-go style backoff. Every node
+// in turn with a grpc-go style backoff. When the standby the leader named
+// does not serve it, the Lookup's streams carry "fuge-leader-fallback"
+// until it holds a table again, and the leader serves them. Every node
 // publishes the same views at the same LSNs; LookupStats.ServedLSN is the
 // LSN of the node's last ArcBlock response, and a node behind the blocks
 // a Lookup holds waits until it has caught up before answering, so moving
