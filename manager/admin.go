@@ -140,6 +140,11 @@ type clusterJSON struct {
 	LastIndex   uint64       `json:"last_index"`
 	CommitIndex uint64       `json:"commit_index"`
 	Servers     []serverJSON `json:"servers"`
+	// LookupStreams is this node's open xDS streams (Lookups among them);
+	// StandbysInContact, on the leader, the standbys its raft heartbeats
+	// reach, to which it sends Lookups (CheckLookup).
+	LookupStreams     int      `json:"lookup_streams"`
+	StandbysInContact []string `json:"standbys_in_contact"`
 }
 
 type serverJSON struct {
@@ -155,7 +160,13 @@ func (s *Server) getCluster(w http.ResponseWriter, _ *http.Request) {
 		NodeID: s.cfg.NodeID, RaftAddr: advRaft, Role: roleName(s.raft.State()),
 		LeaderID: id, LeaderGRPC: g, LeaderHTTP: h,
 		Term: s.raft.CurrentTerm(), LastIndex: s.raft.LastIndex(), CommitIndex: s.raft.AppliedIndex(),
-		Servers: []serverJSON{},
+		Servers: []serverJSON{}, StandbysInContact: s.StandbysInContact(),
+	}
+	if c.StandbysInContact == nil {
+		c.StandbysInContact = []string{}
+	}
+	if s.cfg.LookupStreams != nil {
+		c.LookupStreams = s.cfg.LookupStreams()
 	}
 	if f := s.raft.GetConfiguration(); f.Error() == nil {
 		for _, sv := range f.Configuration().Servers {

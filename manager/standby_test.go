@@ -82,6 +82,14 @@ func TestLeaderLeavesLookupsToStandbys(t *testing.T) {
 	eventually(t, "the leader in contact with both standbys, and both serving", func() bool {
 		return slices.Equal(a.StandbysInContact(), []string{"n2", "n3"}) && b.ServesLookups() && c.ServesLookups()
 	})
+	var cl struct {
+		Role              string
+		StandbysInContact []string `json:"standbys_in_contact"`
+	}
+	getJSON(t, "http://"+ah+"/v1/cluster", &cl)
+	if cl.Role != "leader" || !slices.Equal(cl.StandbysInContact, []string{"n2", "n3"}) {
+		t.Errorf("/v1/cluster on the leader: %+v; want standbys_in_contact [n2 n3]", cl)
+	}
 	// A standby is named once its join's addresses are applied.
 	seen := map[string]bool{}
 	eventually(t, "the leader to name both standbys", func() bool {

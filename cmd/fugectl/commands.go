@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -62,6 +63,14 @@ func (c *cli) cluster(ctx context.Context, _ []string) error {
 	t.kv("term", strconv.FormatUint(cl.Term, 10))
 	t.kv("last index", strconv.FormatUint(cl.LastIndex, 10))
 	t.kv("commit index", strconv.FormatUint(cl.CommitIndex, 10))
+	t.kv("xds streams", strconv.Itoa(cl.LookupStreams))
+	if cl.Role == "leader" {
+		in := "none: the leader serves Lookups"
+		if len(cl.StandbysInContact) > 0 {
+			in = strings.Join(cl.StandbysInContact, ", ") + ": Lookups go there"
+		}
+		t.kv("standbys in contact", in)
+	}
 	if err := t.flush(); err != nil {
 		return err
 	}

@@ -53,6 +53,7 @@ func cannedAPI() map[string]answer {
 	return map[string]answer{
 		"GET /v1/cluster": {200, `{"node_id":"node1","role":"leader","leader_id":"node1",
 			"leader_grpc":"127.0.0.1:7401","leader_http":"127.0.0.1:7402","term":3,"last_index":120,"commit_index":119,
+			"lookup_streams":4,"standbys_in_contact":["node2"],
 			"servers":[{"id":"node1","address":"127.0.0.1:7400","suffrage":"Voter"},
 			{"id":"node2","address":"127.0.0.1:7410","suffrage":"Voter"},
 			{"id":"node3","address":"127.0.0.1:7420","suffrage":"Nonvoter"}]}`},
@@ -191,14 +192,16 @@ default    4096       60s    2       1        1          1     0
 users      1024       30s    0       0        0          0     1
 `},
 		{[]string{"cluster"}, `
-node          node1
-role          leader
-leader        node1
-leader grpc   127.0.0.1:7401
-leader http   127.0.0.1:7402
-term          3
-last index    120
-commit index  119
+node                 node1
+role                 leader
+leader               node1
+leader grpc          127.0.0.1:7401
+leader http          127.0.0.1:7402
+term                 3
+last index           120
+commit index         119
+xds streams          4
+standbys in contact  node2: Lookups go there
 
 ID     ADDRESS         SUFFRAGE  LEADER
 node1  127.0.0.1:7400  Voter     yes

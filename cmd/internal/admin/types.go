@@ -15,6 +15,10 @@ type Cluster struct {
 	LastIndex   uint64          `json:"last_index"`
 	CommitIndex uint64          `json:"commit_index"`
 	Servers     []ClusterServer `json:"servers"`
+	// LookupStreams is this node's open xDS streams; StandbysInContact, on
+	// the leader, the standbys it sends Lookups to.
+	LookupStreams     int      `json:"lookup_streams"`
+	StandbysInContact []string `json:"standbys_in_contact"`
 }
 
 // ClusterServer is a member of the raft configuration.
