@@ -62,12 +62,12 @@ type session struct {
 	idx         int    // index in Managers of the last address tried from the list
 	attempt     int    // failed streams since a table was last applied
 	redirectRun int    // redirects followed since a table was last applied
-	// toStandby: the next stream goes where the leader's "fuge-standby"
-	// trailer named; standbyMissed: such a stream ended before a table was
-	// applied, and streams ask the leader to serve them until one is.
-	toStandby, standbyMissed bool
-	backoffT                 *time.Timer
-	backoffC                 <-chan time.Time
+	// standbyMissed: a stream to the node the leader's "fuge-standby"
+	// trailer named ended before a table was applied, and streams ask the
+	// leader to serve them until one is.
+	standbyMissed bool
+	backoffT      *time.Timer
+	backoffC      <-chan time.Time
 
 	timerC    <-chan time.Time // protocol timer (staleness, StreamTimeout)
 	timerStop func() bool
@@ -128,7 +128,7 @@ func (s *session) run(ctx context.Context) {
 	s.ctx = ctx
 	defer s.shutdown()
 	s.core.Start(s.now()) // the core's polls are not sent: the leader pushes
-	s.connect()
+	s.connect(false)
 	for {
 		s.arm()
 		select {
@@ -141,7 +141,7 @@ func (s *session) run(ctx context.Context) {
 			s.tick()
 		case <-s.backoffC:
 			s.backoffC = nil
-			s.connect()
+			s.connect(false)
 		}
 		s.l.setCoreStats(s.core.Stats())
 	}
@@ -165,11 +165,10 @@ func (s *session) shutdown() {
 
 // connect starts a stream to s.addr and queues the two wildcard
 // subscriptions, the ArcBlock one with the versions of the blocks held.
-func (s *session) connect() {
+func (s *session) connect(viaStandby bool) {
 	s.nextID++
 	c := &conn{id: s.nextID, addr: s.addr, out: make(chan *discovery.DeltaDiscoveryRequest, outQueue), lastRecv: s.now(),
-		viaStandby: s.toStandby, fallback: s.standbyMissed}
-	s.toStandby = false
+		viaStandby: viaStandby, fallback: s.standbyMissed}
 	c.ctx, c.cancel = context.WithCancel(s.ctx)
 	if s.l.attempts.Add(1) > 1 {
 		s.l.reconnects.Add(1)
@@ -499,14 +498,12 @@ func (s *session) ended(c *conn, ev streamEvent) {
 	switch {
 	case status.Code(ev.err) == codes.FailedPrecondition && ev.leader != "":
 		s.l.log.Info("following the leader", "standby", c.addr, "leader", ev.leader)
-		if !s.redirect(ev.leader) {
+		if !s.redirect(ev.leader, false) {
 			s.retry(c, ev.leader, ev.err)
 		}
 	case status.Code(ev.err) == codes.Unavailable && ev.standby != "":
 		s.l.log.Info("going to a standby", "leader", c.addr, "standby", ev.standby)
-		s.toStandby = true
-		if !s.redirect(ev.standby) {
-			s.toStandby = false
+		if !s.redirect(ev.standby, true) {
 			s.retry(c, "", ev.err) // back and forth: pace it, from the list
 		}
 	case c.applied:
@@ -516,18 +513,19 @@ func (s *session) ended(c *conn, ev streamEvent) {
 	}
 }
 
-// redirect connects at once to the node a trailer named, unless as many
-// redirects as there are managers were followed since a table was last
-// applied (nodes sending the Lookup back and forth): then it returns false
-// and the caller paces the next attempt.
-func (s *session) redirect(to string) bool {
+// redirect connects at once to the node a trailer named (a standby the
+// leader named: viaStandby), unless as many redirects as there are
+// managers were followed since a table was last applied (nodes sending the
+// Lookup back and forth): then it returns false and the caller paces the
+// next attempt.
+func (s *session) redirect(to string, viaStandby bool) bool {
 	s.l.redirects.Add(1)
 	s.redirectRun++
 	if s.redirectRun > len(s.cfg.Managers) {
 		return false
 	}
 	s.addr = to
-	s.connect()
+	s.connect(viaStandby)
 	return true
 }
 

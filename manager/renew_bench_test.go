@@ -3,7 +3,6 @@ package manager_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/fuge-project/fuge/api/fugev1"
 	"github.com/fuge-project/fuge/api/wire"
@@ -18,11 +17,7 @@ import (
 // do. At make bench-manager SCALE=10 the leader takes 333 a second.
 func BenchmarkRenewOverGRPC(b *testing.B) {
 	s := startNode(b, "n1", "", nil)
-	for deadline := time.Now().Add(defaultTestTimeout); !s.IsLeader(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatal("no leadership")
-		}
-	}
+	eventually(b, "leadership", s.IsLeader)
 	_, g, _ := s.Addrs()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -39,18 +34,7 @@ func BenchmarkRenewOverGRPC(b *testing.B) {
 	roundTrip := func() lease.LeaseResponse {
 		m := wire.Request(req)
 		m.LeaseDurationMs = 3000
-		if err := stream.Send(m); err != nil {
-			b.Fatal(err)
-		}
-		resp, err := stream.Recv()
-		if err != nil {
-			b.Fatal(err)
-		}
-		r, err := wire.ResponseFrom(resp)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return r
+		return exchange(b, stream, m)
 	}
 	r := roundTrip()
 	req.Held, req.PeerNonce, req.AckSeq = r.Grant, r.Nonce, r.Seq

@@ -57,7 +57,7 @@ func startNode(t testing.TB, id, join string, mut func(*manager.ServerConfig)) *
 }
 
 // eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(defaultTestTimeout)
 	for !cond() {
@@ -83,6 +83,23 @@ func dialConn(t testing.TB, addr string) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { cc.Close() })
 	return cc
+}
+
+// exchange sends an owner request on stream and returns the response.
+func exchange(t testing.TB, stream fugev1.OwnerService_LeaseClient, m *fugev1.LeaseRequest) lease.LeaseResponse {
+	t.Helper()
+	if err := stream.Send(m); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := wire.ResponseFrom(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // hello is a session's first request, with the test nodes' lease duration.
@@ -117,17 +134,7 @@ func TestSingleNodeGrantsEveryArc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.Send(hello("ns", "a", 11)); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := wire.ResponseFrom(resp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := exchange(t, stream, hello("ns", "a", 11))
 	if len(r.Grant) != 1 || !r.Grant[0].Range.IsFull() || r.AckSeq != 1 || r.PeerNonce != 11 {
 		t.Fatalf("first response = %+v, want the whole ring granted, acknowledging seq 1", r)
 	}

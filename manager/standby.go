@@ -55,7 +55,10 @@ func (s *Server) ServesLookups() bool {
 // them.
 func (s *Server) CheckLookup(ctx context.Context) error {
 	if s.IsLeader() {
-		if addr := s.lookupStandby(); addr != "" && !askedLeader(ctx) {
+		if askedLeader(ctx) {
+			return nil
+		}
+		if addr := s.lookupStandby(); addr != "" {
 			_ = grpc.SetTrailer(ctx, metadata.Pairs(StandbyTrailer, addr))
 			return status.Errorf(codes.Unavailable, "%v; standby: %q", ErrLookupsOnStandbys, addr)
 		}
@@ -73,11 +76,7 @@ func (s *Server) StandbysInContact() []string {
 	if !s.IsLeader() {
 		return nil
 	}
-	var ids []string
-	for _, id := range s.peers.inContact() {
-		ids = append(ids, string(id))
-	}
-	return ids
+	return s.peers.inContact()
 }
 
 // askedLeader reports whether a Lookup asks the leader to serve it
@@ -97,7 +96,7 @@ func (s *Server) lookupStandby() string {
 	ids := s.peers.inContact()
 	for range ids {
 		i := s.peers.turn.Add(1) % uint64(len(ids))
-		if n, ok := s.fsm.node(string(ids[i])); ok && n.GRPCAddr != "" {
+		if n, ok := s.fsm.node(ids[i]); ok && n.GRPCAddr != "" {
 			return n.GRPCAddr
 		}
 	}
@@ -137,13 +136,13 @@ type peerContact struct {
 	turn atomic.Uint64
 }
 
-func (p *peerContact) inContact() []raft.ServerID {
+func (p *peerContact) inContact() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var ids []raft.ServerID
+	var ids []string
 	for id, ok := range p.ok {
 		if ok {
-			ids = append(ids, id)
+			ids = append(ids, string(id))
 		}
 	}
 	slices.Sort(ids)
@@ -163,13 +162,16 @@ func (p *peerContact) observe(o raft.Observation) {
 			p.ok[d.Peer.ID] = true
 		}
 	case raft.FailedHeartbeatObservation:
-		if _, known := p.ok[d.PeerID]; known {
-			p.ok[d.PeerID] = false
-		}
+		p.mark(d.PeerID, false)
 	case raft.ResumedHeartbeatObservation:
-		if _, known := p.ok[d.PeerID]; known {
-			p.ok[d.PeerID] = true
-		}
+		p.mark(d.PeerID, true)
+	}
+}
+
+// mark records whether a peer being replicated to is in contact.
+func (p *peerContact) mark(id raft.ServerID, ok bool) {
+	if _, known := p.ok[id]; known {
+		p.ok[id] = ok
 	}
 }
 
