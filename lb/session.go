@@ -104,7 +104,11 @@ type streamEvent struct {
 
 func newSession(l *Lookup, core *Core) *session {
 	cfg := l.cfg
-	opts := dialOptions(cfg.KeepaliveTime, cfg.KeepaliveTimeout, cfg.MaxMessageBytes)
+	// Fixed windows, as a ConnPool's: with grpc-go's estimated ones every
+	// push after a quiet spell costs a BDP ping that the manager must read
+	// and answer, for every Lookup.
+	opts := append(dialOptions(cfg.KeepaliveTime, cfg.KeepaliveTimeout, cfg.MaxMessageBytes),
+		grpc.WithStaticStreamWindowSize(poolStreamWindow), grpc.WithStaticConnWindowSize(poolStreamWindow))
 	first := 0
 	if !cfg.InOrder {
 		first = rand.IntN(len(cfg.Managers))

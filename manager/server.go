@@ -35,6 +35,14 @@ const LeaderTrailer = "fuge-leader"
 // entry of a join storm holds thousands of changes.
 const raftLogCache = 32
 
+// serverStreamWindow and serverConnWindow are the gRPC server's fixed
+// flow-control windows (see Start): a stream's and a connection's credit
+// for what clients send.
+const (
+	serverStreamWindow = 1 << 20
+	serverConnWindow   = 4 << 20
+)
+
 // Server is one manager node: raft-replicated state, the lease core on the
 // leader, the owner protocol over gRPC and the admin API over HTTP.
 type Server struct {
@@ -171,6 +179,17 @@ func (s *Server) Start(register func(*grpc.Server)) (err error) {
 		// larger messages bypass the buffer.
 		grpc.ReadBufferSize(8<<10),
 		grpc.WriteBufferSize(8<<10),
+		// Fixed flow-control windows. With grpc-go's default (a window
+		// grown by its bandwidth estimate), the first data frame after a
+		// quiet spell on a connection makes the server write a window
+		// update and a BDP ping, and read the ping's ack: an owner's
+		// renewal every T/4 or a Lookup's acknowledgement is such a frame,
+		// so most messages cost the manager two syscalls more than the
+		// message itself. Clients send small messages (requests,
+		// acknowledgements); a stream's window bounds what one can make the
+		// manager buffer unread, 1 MiB where the estimate allowed 16 MiB.
+		grpc.StaticStreamWindowSize(serverStreamWindow),
+		grpc.StaticConnWindowSize(serverConnWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		// Clients ping the manager (and a dead owner's session expires after
 		// its hold time anyway): the server's own pings only reclaim

@@ -188,6 +188,10 @@ func (s *session) connect(now time.Time) {
 	s.apply(out, now)
 }
 
+// sessionWindow is a manager connection's fixed flow-control window, its
+// stream's and its own (one stream at a time).
+const sessionWindow = 1 << 20
+
 // conn returns the client connection to addr, creating it on first use.
 func (s *session) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := s.conns[addr]; ok {
@@ -195,6 +199,14 @@ func (s *session) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Fixed flow-control windows: with grpc-go's estimated ones, the
+		// first response after a quiet spell (each renewal's, every T/4)
+		// makes the client send a window update and a BDP ping, which the
+		// manager must read and answer, for every owner. A response is at
+		// most MaxMessageBytes; 1 MiB of credit keeps the largest to a few
+		// window updates.
+		grpc.WithStaticStreamWindowSize(sessionWindow),
+		grpc.WithStaticConnWindowSize(sessionWindow),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time:                s.cfg.KeepaliveTime,
 			Timeout:             s.cfg.KeepaliveTimeout,
