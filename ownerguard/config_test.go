@@ -86,3 +86,25 @@ func TestNilRandIsSeededFromIncarnation(t *testing.T) {
 		t.Errorf("16 incarnations gave only %d distinct backoffs", len(seen))
 	}
 }
+
+// TestKeepaliveOutlastsRenewals: an Owner's gRPC keepalive pings only a
+// connection that has been quiet for KeepaliveTime, and a live session
+// hears the manager every renew interval. With KeepaliveTime equal to that
+// interval (T/4 before) the responses, each a round trip after its
+// request, came just after the keepalive's deadline, and most renewals
+// cost the manager a ping and its answer besides. The default must leave
+// a response a T/12 margin, and still drop a dead connection (keepalive
+// and its timeout) before ResponseTimeout abandons the stream, where T
+// is long enough for the keepalive not to sit at grpc-go's 10 s floor.
+func TestKeepaliveOutlastsRenewals(t *testing.T) {
+	for _, lease := range []time.Duration{8 * time.Second, 40 * time.Second, time.Minute, 5 * time.Minute} {
+		c := OwnerConfig{LeaseDuration: lease}.withDefaults()
+		renew := c.coreConfig(1).withDefaults().RenewInterval
+		if c.KeepaliveTime < renew+lease/12 {
+			t.Errorf("T=%v: keepalive after %v of quiet, renewals every %v: a live session pings", lease, c.KeepaliveTime, renew)
+		}
+		if lease/3 >= MinKeepaliveTime && c.KeepaliveTime+c.KeepaliveTimeout >= c.ResponseTimeout {
+			t.Errorf("T=%v: a dead connection is dropped after %v, the stream abandoned after %v", lease, c.KeepaliveTime+c.KeepaliveTimeout, c.ResponseTimeout)
+		}
+	}
+}

@@ -94,8 +94,13 @@ type OwnerConfig struct {
 	// KeepaliveTime and KeepaliveTimeout are the gRPC client keepalive:
 	// ping after KeepaliveTime without data from the manager, and drop the
 	// connection if the ping is not answered within KeepaliveTimeout. Zero
-	// means max(T/4, 10 s) and max(T/12, 1 s). The manager's keepalive
-	// enforcement policy must permit pings this often.
+	// means max(T/3, 10 s) and max(T/12, 1 s): longer than the renew
+	// interval (T/4), so that a live session's responses keep the
+	// connection from pinging (at T/4, with responses T/4 apart, most
+	// renewals also cost the manager a ping and its answer), and short
+	// enough that a dead connection is dropped (T/3 + T/12) before
+	// ResponseTimeout (T/2). The manager's keepalive enforcement policy
+	// must permit pings this often.
 	KeepaliveTime, KeepaliveTimeout time.Duration
 	// CloseTimeout bounds how long Close waits for the manager to end the
 	// stream after the Owner half-closes it. Zero means 1 s; negative
@@ -151,7 +156,7 @@ func (c OwnerConfig) withDefaults() OwnerConfig {
 		c.ResponseTimeout = t / 2
 	}
 	if c.KeepaliveTime == 0 {
-		c.KeepaliveTime = max(t/4, MinKeepaliveTime)
+		c.KeepaliveTime = max(t/3, MinKeepaliveTime)
 	}
 	if c.KeepaliveTimeout == 0 {
 		c.KeepaliveTimeout = max(t/12, time.Second)
