@@ -37,10 +37,11 @@ const raftLogCache = 32
 
 // serverStreamWindow and serverConnWindow are the gRPC server's fixed
 // flow-control windows (see Start): a stream's and a connection's credit
-// for what clients send.
+// for what clients send. A stream's is grpc-go's initial window, which its
+// estimate would only have grown.
 const (
-	serverStreamWindow = 1 << 20
-	serverConnWindow   = 4 << 20
+	serverStreamWindow = 64 << 10
+	serverConnWindow   = 1 << 20
 )
 
 // Server is one manager node: raft-replicated state, the lease core on the
@@ -187,7 +188,7 @@ func (s *Server) Start(register func(*grpc.Server)) (err error) {
 		// so most messages cost the manager two syscalls more than the
 		// message itself. Clients send small messages (requests,
 		// acknowledgements); a stream's window bounds what one can make the
-		// manager buffer unread, 1 MiB where the estimate allowed 16 MiB.
+		// manager buffer unread, 64 KiB where the estimate allowed 16 MiB.
 		grpc.StaticStreamWindowSize(serverStreamWindow),
 		grpc.StaticConnWindowSize(serverConnWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
