@@ -107,6 +107,11 @@ type typeCache struct {
 	res       map[string]*resource
 	frames    *frameIndex       // where Codec finds the frames of the resources in res
 	wildcard  map[string]string // wildcardVersions, nil until needed after an update
+	// lastWildcard is the newest map wildcardVersions built, of epoch
+	// lastWildcardEpoch: the next one is its copy with the names updated
+	// since set, not a walk of every resource.
+	lastWildcard      map[string]string
+	lastWildcardEpoch uint64
 	// answers are this epoch's answers to Lookup streams, by the epoch
 	// whose wildcard versions the streams hold (0: a stream that holds
 	// nothing); nil after an update. See lookupAnswerFor.
@@ -423,9 +428,32 @@ const MaxCatchUp = 5 * time.Second
 
 // wildcardVersions is the version of every resource in a wildcard
 // subscription's scope: what such a subscription holds once answered. It
-// is built once per update and shared read-only by every Lookup stream.
+// is built once per update and shared read-only by every Lookup stream:
+// as a copy of the last one built with the names updated since set or
+// deleted, when the cache still remembers those updates (recent). A copy
+// moves the map's memory without hashing a key; walking every resource
+// and inserting it took 4.5-4.9 ms at R = 65536 (16,384 blocks), once per
+// commit, holding the cache's lock (BenchmarkWildcardVersions).
 func (c *typeCache) wildcardVersions() map[string]string {
-	if c.wildcard == nil {
+	if c.wildcard != nil {
+		return c.wildcard
+	}
+	if prev := c.lastWildcard; prev != nil && len(c.recent) > 0 && c.recent[0].epoch <= c.lastWildcardEpoch+1 {
+		m := maps.Clone(prev)
+		for _, u := range c.recent {
+			if u.epoch <= c.lastWildcardEpoch {
+				continue
+			}
+			for _, name := range u.names {
+				if r, ok := c.res[name]; ok && !r.explicit {
+					m[name] = r.version
+				} else {
+					delete(m, name)
+				}
+			}
+		}
+		c.wildcard = m
+	} else {
 		c.wildcard = make(map[string]string, len(c.res))
 		for name, r := range c.res {
 			if !r.explicit {
@@ -433,6 +461,7 @@ func (c *typeCache) wildcardVersions() map[string]string {
 			}
 		}
 	}
+	c.lastWildcard, c.lastWildcardEpoch = c.wildcard, c.epoch
 	return c.wildcard
 }
 

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -57,5 +58,87 @@ func TestLookupChangesMatchesFull(t *testing.T) {
 	}
 	if n := len(c.recent); n != recentUpdates {
 		t.Errorf("the cache remembers %d updates, want %d", n, recentUpdates)
+	}
+}
+
+// BenchmarkWildcardVersions is the cache's map of every block's version,
+// which each update's first Lookup answer needs, after an update of one
+// block in a namespace of 16,384 blocks (R = 65536).
+func BenchmarkWildcardVersions(b *testing.B) {
+	c := newTypeCache(ArcBlockTypeURL, &frameIndex{}, realClock{})
+	set := map[string]*resource{}
+	for i := range 16384 {
+		name := fmt.Sprintf("ns/block/%d", i)
+		r, err := newResource(name, "1", &fugev1.Heartbeat{Namespace: "ns", Seq: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		set[name] = r
+	}
+	c.update("1", set, nil)
+	b.ReportAllocs()
+	v := 1
+	for b.Loop() {
+		b.StopTimer()
+		v++
+		r, err := newResource("ns/block/7", fmt.Sprint(v), &fugev1.Heartbeat{Namespace: "ns", Seq: uint64(v)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.update(fmt.Sprint(v), map[string]*resource{"ns/block/7": r}, nil)
+		b.StartTimer()
+		c.mu.Lock()
+		m := c.wildcardVersions()
+		c.mu.Unlock()
+		if m["ns/block/7"] != fmt.Sprint(v) || len(m) != 16384 {
+			b.Fatalf("versions: %d, block 7 at %q", len(m), m["ns/block/7"])
+		}
+	}
+}
+
+// TestWildcardVersionsMatchesWalk checks the map of every resource's
+// version that wildcardVersions builds from the last one and the updates
+// since against a walk of the resources, over random sets, deletions and
+// explicit resources, asked for after gaps of 0 to 100 updates (some
+// longer than the cache remembers, which walks).
+func TestWildcardVersionsMatchesWalk(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 0))
+	c := newTypeCache(ArcBlockTypeURL, &frameIndex{}, realClock{})
+	next := 0
+	for step := range 3000 {
+		set := map[string]*resource{}
+		var del []string
+		for range rnd.IntN(4) {
+			name := fmt.Sprintf("ns/block/%d", rnd.IntN(60))
+			if rnd.IntN(4) == 0 {
+				del = append(del, name)
+				continue
+			}
+			r, err := newResource(name, fmt.Sprint(step), &fugev1.Heartbeat{Namespace: "ns", Seq: uint64(step)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.explicit = rnd.IntN(10) == 0
+			set[name] = r
+		}
+		c.update(fmt.Sprint(step), set, del)
+		if step < next {
+			continue
+		}
+		next = step + []int{0, 1, 5, recentUpdates + 1, 100}[rnd.IntN(5)]
+		c.mu.Lock()
+		got := c.wildcardVersions()
+		want := map[string]string{}
+		for name, r := range c.res {
+			if !r.explicit {
+				want[name] = r.version
+			}
+		}
+		c.mu.Unlock()
+		if !maps.Equal(got, want) {
+			t.Fatalf("step %d: wildcardVersions %v, the resources %v", step, got, want)
+		}
 	}
 }
