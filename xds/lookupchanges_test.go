@@ -25,20 +25,7 @@ func TestLookupChangesMatchesFull(t *testing.T) {
 		subs[i] = &lookupSub{returned: map[string]string{}}
 	}
 	for step := range 2000 {
-		set := map[string]*resource{}
-		var del []string
-		for range rnd.IntN(4) {
-			name := fmt.Sprintf("ns/block/%d", rnd.IntN(40))
-			if rnd.IntN(5) == 0 {
-				del = append(del, name)
-				continue
-			}
-			r, err := newResource(name, fmt.Sprint(step), &fugev1.Heartbeat{Namespace: "ns", Seq: uint64(step)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			set[name] = r
-		}
+		set, del := randomUpdate(t, rnd, step, 40, 5, 0)
 		c.update(fmt.Sprint(step), set, del)
 		c.mu.Lock()
 		for i, sub := range subs {
@@ -108,21 +95,7 @@ func TestWildcardVersionsMatchesWalk(t *testing.T) {
 	c := newTypeCache(ArcBlockTypeURL, &frameIndex{}, realClock{})
 	next := 0
 	for step := range 3000 {
-		set := map[string]*resource{}
-		var del []string
-		for range rnd.IntN(4) {
-			name := fmt.Sprintf("ns/block/%d", rnd.IntN(60))
-			if rnd.IntN(4) == 0 {
-				del = append(del, name)
-				continue
-			}
-			r, err := newResource(name, fmt.Sprint(step), &fugev1.Heartbeat{Namespace: "ns", Seq: uint64(step)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r.explicit = rnd.IntN(10) == 0
-			set[name] = r
-		}
+		set, del := randomUpdate(t, rnd, step, 60, 4, 10)
 		c.update(fmt.Sprint(step), set, del)
 		if step < next {
 			continue
@@ -141,4 +114,27 @@ func TestWildcardVersionsMatchesWalk(t *testing.T) {
 			t.Fatalf("step %d: wildcardVersions %v, the resources %v", step, got, want)
 		}
 	}
+}
+
+// randomUpdate is an update of step: up to three of blocks names, each
+// deleted one time in delEvery, otherwise set at version step, and made
+// explicit one time in explicitEvery (never if 0).
+func randomUpdate(t *testing.T, rnd *rand.Rand, step, blocks, delEvery, explicitEvery int) (map[string]*resource, []string) {
+	t.Helper()
+	set := map[string]*resource{}
+	var del []string
+	for range rnd.IntN(4) {
+		name := fmt.Sprintf("ns/block/%d", rnd.IntN(blocks))
+		if rnd.IntN(delEvery) == 0 {
+			del = append(del, name)
+			continue
+		}
+		r, err := newResource(name, fmt.Sprint(step), &fugev1.Heartbeat{Namespace: "ns", Seq: uint64(step)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.explicit = explicitEvery > 0 && rnd.IntN(explicitEvery) == 0
+		set[name] = r
+	}
+	return set, del
 }
