@@ -153,12 +153,12 @@ type ServerConfig struct {
 	Heartbeat func(ns string)
 	// LookupStreams, when set, reports open lookup streams for /metrics.
 	LookupStreams func() int
-	// RecheckLookups, when set, marks up to n of this node's Lookup
-	// streams to ask CheckLookup again at their next request (the xds
-	// package's LeaseTable.RecheckLookups): a node that became leader
-	// hands the Lookups it served to its standbys with it, a share every
-	// heartbeat interval.
-	RecheckLookups func(n int) int
+	// RecheckLookups, when set, marks one in share of this node's Lookup
+	// streams (rounded up) to ask CheckLookup again at their next request
+	// (the xds package's LeaseTable.RecheckLookups), and returns how many
+	// it marked: a node that became leader hands the Lookups it served to
+	// its standbys with it, a share every heartbeat interval.
+	RecheckLookups func(share int) int
 	// XDSNACKs, when set, reports the xDS requests that carried an
 	// error_detail (NACKs) since start, for /metrics.
 	XDSNACKs func() uint64

@@ -111,14 +111,10 @@ func (s *Server) lookupStandby() string {
 // within about six heartbeat intervals (one lease duration by default), a
 // share at a time rather than all at once.
 func (s *Server) handOffLookups() {
-	if s.cfg.LeaderServesLookups || s.cfg.RecheckLookups == nil || s.cfg.LookupStreams == nil {
+	if s.cfg.LeaderServesLookups || s.cfg.RecheckLookups == nil || len(s.peers.inContact()) == 0 {
 		return
 	}
-	n := s.cfg.LookupStreams()
-	if n == 0 || len(s.peers.inContact()) == 0 {
-		return
-	}
-	s.cfg.RecheckLookups((n + handOffShares - 1) / handOffShares)
+	s.cfg.RecheckLookups(handOffShares)
 }
 
 // handOffShares is how many heartbeat intervals handOffLookups spreads a

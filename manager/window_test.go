@@ -52,9 +52,9 @@ func TestServerSendsNoBDPPings(t *testing.T) {
 	}
 
 	pings := 0
-	// exchange sends m on stream 1 and reads frames until the response's
+	// roundTrip sends m on stream 1 and reads frames until the response's
 	// DATA, answering the server's SETTINGS and PINGs as a client does.
-	exchange := func(m *fugev1.LeaseRequest) *fugev1.LeaseResponse {
+	roundTrip := func(m *fugev1.LeaseRequest) *fugev1.LeaseResponse {
 		t.Helper()
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -100,12 +100,12 @@ func TestServerSendsNoBDPPings(t *testing.T) {
 		}
 	}
 	req := hello("ns", "a", 11)
-	r := exchange(req)
+	r := roundTrip(req)
 	for range 2 {
 		req.Header.Seq++
 		req.Header.PeerNonce, req.Header.AckSeq = r.Header.Nonce, r.Header.Seq
 		req.Held = append(r.Renew, r.Grant...)
-		if r = exchange(req); r.Header.AckSeq != req.Header.Seq {
+		if r = roundTrip(req); r.Header.AckSeq != req.Header.Seq {
 			t.Fatalf("renewal %d answered with ack %d", req.Header.Seq, r.Header.AckSeq)
 		}
 	}

@@ -118,7 +118,7 @@ func (t *LeaseTable) serveLookup(s discovery.AggregatedDiscoveryService_DeltaAgg
 		}
 		if st.recheck.CompareAndSwap(true, false) && t.gate != nil {
 			if err := t.gate(s.Context()); err != nil {
-				t.handedOff.Add(1)
+				t.rechecked.Add(1)
 				t.log.Debug("Lookup stream ended at a recheck", "stream", st.key.id, "err", err)
 				return err
 			}

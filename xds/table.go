@@ -108,7 +108,7 @@ type LeaseTable struct {
 	streams map[streamKey]struct{}
 	lookups map[*lookupStream]struct{} // the Lookup streams among streams
 
-	handedOff atomic.Uint64 // Lookup streams ended by the gate at a recheck
+	rechecked atomic.Uint64 // Lookup streams ended by the gate at a recheck
 
 	refused, pushes, nacks, badViews, views, flushes atomic.Uint64
 	badRings, rings, ringPushes                      atomic.Uint64
@@ -487,17 +487,20 @@ func (t *LeaseTable) Namespaces() []string {
 	return out
 }
 
-// Stats returns the table's counters.
-// RecheckLookups marks up to n open Lookup streams, chosen at random, to
-// ask the gate again at their next request (a Lookup acknowledges every
-// response, heartbeats included, so within a heartbeat interval): a
-// stream the gate now refuses ends with its error, the others go on. It
-// returns how many it marked. A manager that became leader hands the
-// Lookups it served as a standby to its standbys this way, a share at a
-// time.
-func (t *LeaseTable) RecheckLookups(n int) int {
+// RecheckLookups marks one in share of the open Lookup streams (rounded
+// up; all of them for a share under 2), chosen at random, to ask the gate
+// again at their next request (a Lookup acknowledges every response,
+// heartbeats included, so within a heartbeat interval): a stream the gate
+// now refuses ends with its error, the others go on. It returns how many
+// it marked. A manager that became leader hands the Lookups it served as
+// a standby to its standbys this way, a share at a time.
+func (t *LeaseTable) RecheckLookups(share int) int {
 	t.smu.Lock()
 	defer t.smu.Unlock()
+	n := len(t.lookups)
+	if share > 1 {
+		n = (n + share - 1) / share
+	}
 	marked := 0
 	for st := range t.lookups {
 		if marked >= n {
@@ -510,6 +513,7 @@ func (t *LeaseTable) RecheckLookups(n int) int {
 	return marked
 }
 
+// Stats returns the table's counters.
 func (t *LeaseTable) Stats() Stats {
 	n := 0
 	t.mu.RLock()
@@ -526,7 +530,7 @@ func (t *LeaseTable) Stats() Stats {
 		Namespaces: n,
 		Streams:    s,
 		Refused:    t.refused.Load(),
-		Rechecked:  t.handedOff.Load(),
+		Rechecked:  t.rechecked.Load(),
 		Pushes:     t.pushes.Load(),
 		NACKs:      t.nacks.Load(),
 		BadViews:   t.badViews.Load(),
