@@ -318,11 +318,13 @@ func (o *Owner) publish(v *View, granted, revoked []ring.Range, cs CoreStats) {
 // accepted records that a manager accepted the session.
 func (o *Owner) accepted() {
 	o.sessions.Add(1)
-	o.readyOnce.Do(func() { close(o.ready) })
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	o.err = nil
 	o.signalLocked()
+	o.mu.Unlock()
+	// Ready after Err is cleared: a caller woken by Ready must not see
+	// the refusal of an attempt before this session.
+	o.readyOnce.Do(func() { close(o.ready) })
 }
 
 // setErr records a permanent refusal.
