@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
@@ -13,6 +15,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -141,7 +144,7 @@ func (l *lightLookup) streamErr(ctx context.Context, addr string) (named string,
 	}
 	sctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, wire.ClientKindKey, wire.ClientLookup))
 	defer cancel()
-	st, err := cc.NewStream(sctx, &adsStream, adsMethod, grpc.ForceCodec(lightCodec{}))
+	st, err := cc.NewStream(sctx, &adsStream, adsMethod, grpc.ForceCodecV2(lightCodec{}))
 	if err != nil {
 		return "", false, err
 	}
@@ -242,6 +245,8 @@ type lightResp struct {
 	// the arc holding a point at an address (or not at it): hit.
 	watch *atomic.Pointer[pointWatch]
 	hit   bool
+	// scratch holds a field that straddled two of a response's buffers.
+	scratch []byte
 }
 
 // pointWatch is a change to time: the arc holding point h has the address
@@ -317,17 +322,26 @@ type lightBlock struct {
 }
 
 // lightCodec marshals requests as protobuf and parses responses into
-// lightResp without building the messages.
+// lightResp without building the messages. It is a gRPC CodecV2, handed
+// the response as the buffers it arrived in: a whole table at R = 4096 is
+// about 300 KB in 16 KB buffers, and copying it into one slice first (what
+// gRPC does for a CodecV0) cost the generator a fifth of its CPU while
+// 2,000 lookups started. Fields are read where they lie; only one that
+// straddles two buffers is copied (into lightResp.scratch).
 type lightCodec struct{}
 
 func (lightCodec) Name() string { return "proto" }
 
-func (lightCodec) Marshal(v any) ([]byte, error) {
+func (lightCodec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("lightCodec: cannot marshal %T", v)
 	}
-	return proto.Marshal(m)
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 }
 
 var blockPrefix = []byte(namespace + "/block/")
@@ -335,7 +349,7 @@ var blockPrefix = []byte(namespace + "/block/")
 // Unmarshal parses a DeltaDiscoveryResponse: type_url (4), nonce (5),
 // resources (2: name 3, version 1, resource 2 whose Any value 2 is an
 // ArcBlock with block_bits 10) and removed_resources (6).
-func (lightCodec) Unmarshal(data []byte, v any) error {
+func (lightCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	r, ok := v.(*lightResp)
 	if !ok {
 		return fmt.Errorf("lightCodec: cannot unmarshal into %T", v)
@@ -345,53 +359,182 @@ func (lightCodec) Unmarshal(data []byte, v any) error {
 	if r.watch != nil {
 		w = r.watch.Load()
 	}
-	return eachField(data, func(num protowire.Number, b []byte) error {
-		switch num {
-		case 4:
-			r.typeURL = string(b)
-		case 5:
-			r.nonce = string(b)
-		case 6:
-			if n, ok := blockNum(b); ok {
-				r.removed = append(r.removed, n)
-			}
-		case 2:
-			var blk lightBlock
-			var name, value []byte
-			err := eachField(b, func(num protowire.Number, f []byte) error {
-				switch num {
-				case 3:
-					name = f
-				case 1:
-					blk.version, _ = strconv.ParseUint(string(f), 10, 64)
-				case 2:
-					return eachField(f, func(num protowire.Number, g []byte) error {
-						if num == 2 {
-							value = g
-						}
-						return nil
-					})
-				}
-				return nil
-			})
+	c := bufCursor{bufs: data}
+	for !c.done() {
+		tag, err := c.varint()
+		if err != nil {
+			return err
+		}
+		num, typ := protowire.DecodeTag(tag)
+		if num < protowire.MinValidNumber {
+			return fmt.Errorf("lightCodec: field number %d", num)
+		}
+		switch typ {
+		case protowire.BytesType:
+			n, err := c.varint()
 			if err != nil {
 				return err
 			}
-			n, ok := blockNum(name)
-			if !ok {
-				return nil
+			b, err := c.take(n, &r.scratch)
+			if err != nil {
+				return err
 			}
-			blk.num = n
-			if len(r.blocks) == 0 {
-				r.bits = blockBitsOf(value)
+			if err := r.field(num, b, w); err != nil {
+				return err
 			}
-			if w != nil && !r.hit && w.near(n, r.bits) {
-				r.hit = w.seenIn(value)
+		case protowire.VarintType:
+			if _, err := c.varint(); err != nil {
+				return err
 			}
-			r.blocks = append(r.blocks, blk)
+		case protowire.Fixed32Type:
+			if _, err := c.take(4, &r.scratch); err != nil {
+				return err
+			}
+		case protowire.Fixed64Type:
+			if _, err := c.take(8, &r.scratch); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("lightCodec: field %d of wire type %d", num, typ)
 		}
-		return nil
-	})
+	}
+	return nil
+}
+
+// field reads one length-delimited field of a response.
+func (r *lightResp) field(num protowire.Number, b []byte, w *pointWatch) error {
+	switch num {
+	case 4:
+		r.typeURL = string(b)
+	case 5:
+		r.nonce = string(b)
+	case 6:
+		if n, ok := blockNum(b); ok {
+			r.removed = append(r.removed, n)
+		}
+	case 2:
+		var blk lightBlock
+		var name, value []byte
+		err := eachField(b, func(num protowire.Number, f []byte) error {
+			switch num {
+			case 3:
+				name = f
+			case 1:
+				blk.version, _ = parseDecimal(f)
+			case 2:
+				return eachField(f, func(num protowire.Number, g []byte) error {
+					if num == 2 {
+						value = g
+					}
+					return nil
+				})
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		n, ok := blockNum(name)
+		if !ok {
+			return nil
+		}
+		blk.num = n
+		if len(r.blocks) == 0 {
+			r.bits = blockBitsOf(value)
+			// A whole table is 2^bits blocks: growing to it by appends
+			// cost a twentieth of the generator's start-up CPU.
+			if want := 1 << min(r.bits, wire.MaxBlockBits); cap(r.blocks) < want {
+				r.blocks = make([]lightBlock, 0, want)
+			}
+		}
+		if w != nil && !r.hit && w.near(n, r.bits) {
+			r.hit = w.seenIn(value)
+		}
+		r.blocks = append(r.blocks, blk)
+	}
+	return nil
+}
+
+// bufCursor reads a message that lies in a sequence of buffers.
+type bufCursor struct {
+	bufs mem.BufferSlice
+	i    int    // the buffer being read
+	cur  []byte // what is left of it
+}
+
+// done reports whether every buffer has been read.
+func (c *bufCursor) done() bool {
+	for len(c.cur) == 0 {
+		if c.i == len(c.bufs) {
+			return true
+		}
+		c.cur = c.bufs[c.i].ReadOnlyData()
+		c.i++
+	}
+	return false
+}
+
+var errTruncated = errors.New("lightCodec: truncated message")
+
+// varint reads a varint, which may straddle buffers.
+func (c *bufCursor) varint() (uint64, error) {
+	if v, n := protowire.ConsumeVarint(c.cur); n > 0 {
+		c.cur = c.cur[n:]
+		return v, nil
+	}
+	var v uint64
+	for shift := uint(0); shift < 64; shift += 7 {
+		if c.done() {
+			return 0, errTruncated
+		}
+		b := c.cur[0]
+		c.cur = c.cur[1:]
+		v |= uint64(b&0x7f) << shift
+		if b < 0x80 {
+			return v, nil
+		}
+	}
+	return 0, protowire.ParseError(-2)
+}
+
+// take returns the next n bytes: within the current buffer if they lie
+// in it, else copied into *scratch, which the result may alias until the
+// next take.
+func (c *bufCursor) take(n uint64, scratch *[]byte) ([]byte, error) {
+	if n <= uint64(len(c.cur)) {
+		b := c.cur[:n]
+		c.cur = c.cur[n:]
+		return b, nil
+	}
+	if n > uint64(c.bufs.Len()) {
+		return nil, errTruncated
+	}
+	out := (*scratch)[:0]
+	for uint64(len(out)) < n {
+		if c.done() {
+			return nil, errTruncated
+		}
+		k := min(uint64(len(c.cur)), n-uint64(len(out)))
+		out = append(out, c.cur[:k]...)
+		c.cur = c.cur[k:]
+	}
+	*scratch = out
+	return out, nil
+}
+
+// parseDecimal reads an unsigned decimal number without allocating.
+func parseDecimal(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var v uint64
+	for _, d := range b {
+		if d < '0' || d > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(d-'0')
+	}
+	return v, true
 }
 
 // eachField calls f with the length-delimited fields of a message, by
@@ -429,8 +572,8 @@ func blockNum(name []byte) (uint32, bool) {
 	if !ok {
 		return 0, false
 	}
-	n, err := strconv.ParseUint(string(rest), 10, 32)
-	return uint32(n), err == nil
+	n, ok := parseDecimal(rest)
+	return uint32(n), ok && n <= math.MaxUint32
 }
 
 // blockBitsOf is an encoded ArcBlock's block_bits (field 10), 0 if none.
