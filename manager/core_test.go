@@ -2,6 +2,7 @@ package manager
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -323,5 +324,40 @@ func TestNamespaceFullRefusesNewNames(t *testing.T) {
 	a2 := &owner{name: "a", nonce: 5}
 	if _, err := m.Request(a2.request(), t0); err != nil {
 		t.Fatalf("a's new incarnation in a full namespace: %v", err)
+	}
+}
+
+// TestConfirmationsLeaveLittleToCompact: owners confirming their grants
+// change arcs (confirmed) without a change lookups see, and no compaction
+// follows; only arcs that became equal to a neighbour may wait for the
+// next. When every arc set waited, the first change after a join storm
+// walked the whole table. Compacting then still leaves no two equal
+// neighbours.
+func TestConfirmationsLeaveLittleToCompact(t *testing.T) {
+	m := newTestManager(t, 4096)
+	var os []*owner
+	for i := range 40 {
+		os = append(os, &owner{name: fmt.Sprintf("o%02d", i), nonce: uint64(i + 1)})
+	}
+	exchange(t, m, t0, os...)
+	n := m.ns["ns"]
+	confirmed := 0
+	for i := range n.table.Len() {
+		if n.table.Value(i).confirmed {
+			confirmed++
+		}
+	}
+	if confirmed < n.table.Len()/2 {
+		t.Fatalf("%d of %d arcs confirmed: the pool did not settle", confirmed, n.table.Len())
+	}
+	if len(n.uncompacted) > n.table.Len()/10 {
+		t.Errorf("%d ranges wait for compaction in a table of %d arcs", len(n.uncompacted), n.table.Len())
+	}
+	n.compactTable()
+	for i, k := 0, n.table.Len(); i < k; i++ {
+		if a := n.table.Value(i); a == n.table.Value((i+1)%k) {
+			r, _ := n.table.At(i)
+			t.Fatalf("arc %d %v equals the next after compaction: %+v", i, r, a)
+		}
 	}
 }

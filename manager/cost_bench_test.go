@@ -31,6 +31,8 @@ func convergedPool(tb testing.TB, r, n int) *cluster {
 //   - join: a 501st owner joins, and the pool converges again (every
 //     request and response of the recalls, releases and grants, the
 //     owners' and the lookup's work included);
+//   - joinstep: the 501st owner's first request alone, which recalls
+//     what it is to get;
 //   - drain: one owner is drained, and the pool converges again;
 //   - storm: 500 owners join an empty namespace at once and converge.
 func BenchmarkRequest(b *testing.B) {
@@ -70,6 +72,23 @@ func BenchmarkRequest(b *testing.B) {
 				b.StartTimer()
 				c.addOwner(ownerName(prsOwners), prsOwners+1)
 				c.run(10 * time.Minute)
+			}
+		})
+		b.Run(fmt.Sprintf("joinstep/R=%d", r), func(b *testing.B) {
+			// The joining owner's first request alone: the step that
+			// reapportions the ring, recalls from the owners that lose
+			// entries and commits; join is that and all that follows.
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				c := convergedPool(b, r, prsOwners)
+				c.addOwner(ownerName(prsOwners), prsOwners+1)
+				first := c.queue
+				c.queue = nil
+				b.StartTimer()
+				for _, f := range first {
+					f()
+				}
 			}
 		})
 		b.Run(fmt.Sprintf("drain/R=%d", r), func(b *testing.B) {
