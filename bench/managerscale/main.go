@@ -86,7 +86,7 @@ func main() {
 	burst := flag.Int("session-burst", -1, "passed to fuge-manager --session-burst: every generated owner connects from 127.0.0.1, which the manager's per-client session bucket (1,000 at once, then 100 a second) would pace; -1: the owner count, at least 1,000; 0: the manager's default")
 	genMem := flag.Int("generator-memory-mb", 6144, "soft memory limit of this load generator (not of the managers), in MB: its lookups receive every table whole as they connect, 3.7 MB each at R=65536, and without a limit its garbage piles up; 0: Go's default")
 	full := flag.Int("full-lookups", 10, "how many of the lookups are lb.Lookups, which decode, hold and check the whole table; the others are light: a real Lookup stream each that acknowledges like one but keeps only each block's version (light.go); -1: all full (a full table per lookup: many GB at R=65536)")
-	profDir := flag.String("profiles", "", "start the manager with --pprof and save its heap and allocs profiles into this directory after start-up, steady and churn")
+	profDir := flag.String("profiles", "", "start the managers with --pprof and save into this directory the leader's heap and allocs profiles after start-up, steady and churn, and every node's and this generator's CPU profiles of start-up and of the changes")
 	selfPprof := flag.String("pprof", "", "serve this load generator's own net/http/pprof on this 127.0.0.1 address (e.g. 127.0.0.1:6060)")
 	startConc := flag.Int("start-concurrency", 0, "lookups that may be receiving their first table at once while they start (a new one starts as one holds the whole table); 0: all start at once. gRPC buffers each stream's whole message whatever the window, so 20,000 lookups starting at once on this machine held 6-14 GB of unread tables in this generator, which then spent its CPU collecting garbage and its keepalive pings timed out (make bench-manager SCALE=10 passes 2000, PRS's count)")
 	markdown := flag.String("markdown", "", "also write the table, in markdown, to this file")
@@ -281,7 +281,7 @@ func run(cfg config, bin, dir string) (result, error) {
 		if i > 0 {
 			join = nodes[0].http
 		}
-		n, err := startManager(bin, dir, fmt.Sprintf("m%d", i+1), join, leaseT, memLimit, cfg.burst, profDir != "" && i == 0)
+		n, err := startManager(bin, dir, fmt.Sprintf("m%d", i+1), join, leaseT, memLimit, cfg.burst, profDir != "")
 		if err != nil {
 			return res, err
 		}
@@ -349,7 +349,7 @@ func run(cfg config, bin, dir string) (result, error) {
 	mgrCPU0, selfCPU0 := cpuOf(nodes), cpuTicks(os.Getpid())
 	stopCPU := func() {}
 	if profDir != "" {
-		stopCPU = cpuProfiles(httpAddr, profDir, fmt.Sprintf("R%d.startup", ringSize))
+		stopCPU = cpuProfiles(nodes, profDir, fmt.Sprintf("R%d.startup", ringSize))
 	}
 	nFull := nLookups
 	if cfg.full >= 0 {
@@ -438,7 +438,7 @@ func run(cfg config, bin, dir string) (result, error) {
 		log.Printf("timing %d changes until every lookup has seen each", cfg.changes)
 		stopCPU := func() {}
 		if profDir != "" {
-			stopCPU = cpuProfiles(httpAddr, profDir, fmt.Sprintf("R%d.changes", ringSize))
+			stopCPU = cpuProfiles(nodes, profDir, fmt.Sprintf("R%d.changes", ringSize))
 		}
 		var err error
 		res.conv, err = p.timeChanges(ctx, httpAddr, cfg.changes, rnd, 5*time.Minute)

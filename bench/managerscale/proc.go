@@ -112,10 +112,10 @@ func saveProfiles(httpAddr, dir, phase string) {
 }
 
 // cpuProfiles starts CPU profiles of this process (the clients) and of
-// the manager, and returns the function that stops them, saving
-// dir/<phase>.clients.cpu and dir/<phase>.manager.cpu. The manager's
-// profile runs for at most 30 s.
-func cpuProfiles(httpAddr, dir, phase string) (stop func()) {
+// every manager node, and returns the function that stops them, saving
+// dir/<phase>.clients.cpu and dir/<phase>.<node>.manager.cpu. The
+// managers' profiles run for at most 30 s.
+func cpuProfiles(nodes []*managerNode, dir, phase string) (stop func()) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		log.Printf("profiles: %v", err)
 		return func() {}
@@ -128,26 +128,27 @@ func cpuProfiles(httpAddr, dir, phase string) (stop func()) {
 		log.Printf("profiles: %v", err)
 		return func() {}
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		resp, err := http.Get("http://" + httpAddr + "/debug/pprof/profile?seconds=30")
-		if err != nil {
-			log.Printf("profiles: %v", err)
-			return
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, phase+".manager.cpu"), b, 0o644)
-		}
-		if err != nil {
-			log.Printf("profiles: %v", err)
-		}
-	}()
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Go(func() {
+			resp, err := http.Get("http://" + n.http + "/debug/pprof/profile?seconds=30")
+			if err != nil {
+				log.Printf("profiles: %v", err)
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, phase+"."+n.id+".manager.cpu"), b, 0o644)
+			}
+			if err != nil {
+				log.Printf("profiles: %v", err)
+			}
+		})
+	}
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
-		<-done
+		wg.Wait()
 	}
 }
