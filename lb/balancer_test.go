@@ -41,7 +41,7 @@ func TestLeaseBalancerPick(t *testing.T) {
 	}
 
 	upd := b.Updated()
-	l.publish(chunkedOf(threeArcs, chunkSize), CoreStats{})
+	l.publish(threeArcs, CoreStats{})
 	select {
 	case <-upd:
 	default:

@@ -767,7 +767,7 @@ func published(tb testing.TB, n int) (*Lookup, *Core) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	l.publish(chunkedOf(c.Entries(), chunkSize), c.Stats())
+	l.publish(c.Entries(), c.Stats())
 	return l, c
 }
 

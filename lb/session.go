@@ -49,7 +49,7 @@ type session struct {
 	// when the next must be built whole (as after a step the core did not
 	// take). touched are the blocks set or removed since (by number, of
 	// bits): the next table is table with those blocks' arcs replaced.
-	table   *chunked
+	table   []lease.Entry
 	touched map[uint32]struct{}
 	lsn     uint64 // local LSN of the snapshots fed to the core
 	events  chan streamEvent
@@ -389,16 +389,14 @@ func (s *session) onBlocks(c *conn, resp *discovery.DeltaDiscoveryResponse) {
 	out := s.core.Step(lease.LookupResponse{
 		Namespace: s.cfg.Namespace, ManagerNonce: xdsManagerNonce, Snapshot: true, LSN: s.lsn, Entries: entries,
 	}, s.now())
-	var t *chunked
 	if s.core.Stats().Snapshots == snapshots {
 		// Not taken (older than the core's table): the core's stands.
 		s.table = nil
-		t = chunkedOf(s.core.Entries(), chunkSize)
+		entries = s.core.Entries()
 	} else {
-		t = chunkedOf(entries, chunkSize)
-		s.table, s.touched = t, nil
+		s.table, s.touched = entries, nil
 	}
-	s.applied(c, t, out)
+	s.applied(c, entries, out)
 }
 
 // incrementalShare: a response that touches at most 1/incrementalShare of
@@ -428,7 +426,7 @@ func (s *session) touch(name string) {
 // why).
 func (s *session) applyTouched(c *conn) bool {
 	blocks := slices.Sorted(maps.Keys(s.touched))
-	t, changes, err := spliceBlocks(s.table, s.bits, blocks, func(b uint32) []lease.Entry { return s.held[s.names[b]].entries })
+	entries, changes, err := spliceBlocks(s.table, s.bits, blocks, func(b uint32) []lease.Entry { return s.held[s.names[b]].entries })
 	if err != nil {
 		s.table = nil
 		return false
@@ -445,24 +443,24 @@ func (s *session) applyTouched(c *conn) bool {
 		return false
 	}
 	s.lsn++
-	s.table, s.touched = t, nil
-	s.applied(c, t, out)
+	s.table, s.touched = entries, nil
+	s.applied(c, entries, out)
 	return true
 }
 
 // applied publishes the table the core took from entries and delivers its
 // loss upcall.
-func (s *session) applied(c *conn, t *chunked, out Output) {
+func (s *session) applied(c *conn, entries []lease.Entry, out Output) {
 	c.synced, c.applied = true, true
 	s.attempt, s.redirectRun, s.standbyMissed = 0, 0, false
-	// The table the core holds is t with adjacent arcs of equal owner,
-	// address and generation merged: when none were (as from a manager,
-	// whose views are merged already), t is it, and readers get t itself,
-	// sharing the chunks a push did not reach with the table before.
-	if t.n < 2 || s.core.Len() != t.n {
-		t = chunkedOf(s.core.Entries(), chunkSize)
+	// The table the core holds is entries with adjacent arcs of equal
+	// owner, address and generation merged: when none were (as from a
+	// manager, whose views are merged already), entries is it, and a copy
+	// of the whole table is saved.
+	if len(entries) < 2 || s.core.Len() != len(entries) {
+		entries = s.core.Entries()
 	}
-	s.l.publish(t, s.core.Stats())
+	s.l.publish(entries, s.core.Stats())
 	s.deliver(out)
 }
 
