@@ -360,45 +360,7 @@ func (lightCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		w = r.watch.Load()
 	}
 	c := bufCursor{bufs: data}
-	for !c.done() {
-		tag, err := c.varint()
-		if err != nil {
-			return err
-		}
-		num, typ := protowire.DecodeTag(tag)
-		if num < protowire.MinValidNumber {
-			return fmt.Errorf("lightCodec: field number %d", num)
-		}
-		switch typ {
-		case protowire.BytesType:
-			n, err := c.varint()
-			if err != nil {
-				return err
-			}
-			b, err := c.take(n, &r.scratch)
-			if err != nil {
-				return err
-			}
-			if err := r.field(num, b, w); err != nil {
-				return err
-			}
-		case protowire.VarintType:
-			if _, err := c.varint(); err != nil {
-				return err
-			}
-		case protowire.Fixed32Type:
-			if _, err := c.take(4, &r.scratch); err != nil {
-				return err
-			}
-		case protowire.Fixed64Type:
-			if _, err := c.take(8, &r.scratch); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("lightCodec: field %d of wire type %d", num, typ)
-		}
-	}
-	return nil
+	return c.fields(&r.scratch, func(num protowire.Number, b []byte) error { return r.field(num, b, w) })
 }
 
 // field reads one length-delimited field of a response.
@@ -474,6 +436,51 @@ func (c *bufCursor) done() bool {
 	return false
 }
 
+// fields calls f with the length-delimited fields of the message left,
+// by number, and skips the others. A field that straddles two buffers is
+// passed in *scratch (scratch may be nil when there is one buffer).
+func (c *bufCursor) fields(scratch *[]byte, f func(protowire.Number, []byte) error) error {
+	for !c.done() {
+		tag, err := c.varint()
+		if err != nil {
+			return err
+		}
+		num, typ := protowire.DecodeTag(tag)
+		if num < protowire.MinValidNumber {
+			return fmt.Errorf("lightCodec: field number %d", num)
+		}
+		switch typ {
+		case protowire.BytesType:
+			n, err := c.varint()
+			if err != nil {
+				return err
+			}
+			b, err := c.take(n, scratch)
+			if err != nil {
+				return err
+			}
+			if err := f(num, b); err != nil {
+				return err
+			}
+		case protowire.VarintType:
+			if _, err := c.varint(); err != nil {
+				return err
+			}
+		case protowire.Fixed32Type:
+			if _, err := c.take(4, scratch); err != nil {
+				return err
+			}
+		case protowire.Fixed64Type:
+			if _, err := c.take(8, scratch); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("lightCodec: field %d of wire type %d", num, typ)
+		}
+	}
+	return nil
+}
+
 var errTruncated = errors.New("lightCodec: truncated message")
 
 // varint reads a varint, which may straddle buffers.
@@ -540,30 +547,8 @@ func parseDecimal(b []byte) (uint64, bool) {
 // eachField calls f with the length-delimited fields of a message, by
 // number, and skips the others.
 func eachField(b []byte, f func(protowire.Number, []byte) error) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
-		if typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return protowire.ParseError(n)
-			}
-			if err := f(num, v); err != nil {
-				return err
-			}
-			b = b[n:]
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
-	}
-	return nil
+	c := bufCursor{cur: b}
+	return c.fields(nil, f)
 }
 
 // blockNum is the number in a block's name, false for another name.
