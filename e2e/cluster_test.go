@@ -322,6 +322,16 @@ func runLookup(t *testing.T, cfg lb.LookupConfig) *lb.Lookup {
 	return l
 }
 
+// closeLookups closes ls before a test reads the loss upcalls they made:
+// a Lookup calls OnLoss on its own goroutine after it publishes the table
+// that caused it, so a converged table may have its upcall still queued;
+// Close returns once every queued upcall is delivered.
+func closeLookups(ls []*lb.Lookup) {
+	for _, l := range ls {
+		l.Close()
+	}
+}
+
 // converged reports whether the leader's lease table has every arc granted
 // to its desired owner, every owner holds exactly its arcs at the table's
 // generations, and every lookup's table equals the leader's view.

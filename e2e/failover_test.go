@@ -88,6 +88,7 @@ func TestLeaderFailover(t *testing.T) {
 		c.start(old) // the killed node comes back as a follower
 		c.waitVoters(3)
 	}
+	closeLookups(lookups)
 	revoked, loss, lossAll := rec.counts()
 	t.Logf("leader kills=%d lost leases=%d loss notifications=%d (loss-on-everything %d); slowest election %v, slowest to serve everyone %v",
 		kills, revoked, loss, lossAll, worstElect.Round(time.Millisecond), worstServe.Round(time.Millisecond))
@@ -138,6 +139,7 @@ func TestOwnerCrash(t *testing.T) {
 		t.Errorf("regranted after %v, before the hold time %v could have passed", took, hold)
 	}
 	after, _ := leaderView(c.leader())
+	closeLookups(lookups)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	for _, name := range []string{"l1", "l2", "l3"} {
