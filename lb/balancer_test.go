@@ -41,7 +41,7 @@ func TestLeaseBalancerPick(t *testing.T) {
 	}
 
 	upd := b.Updated()
-	l.publish(threeArcs, CoreStats{})
+	l.publish(chunkedOf(threeArcs, chunkSize), CoreStats{})
 	select {
 	case <-upd:
 	default:

@@ -21,7 +21,7 @@ type Lookup struct {
 	cfg LookupConfig
 	log *slog.Logger
 
-	table   atomic.Pointer[snapshot]
+	table   atomic.Pointer[chunked]
 	version atomic.Uint64
 
 	ready     chan struct{}
@@ -46,38 +46,6 @@ type Lookup struct {
 type upcall struct {
 	ranges []ring.Range
 	all    bool
-}
-
-// snapshot is an immutable copy of the core's table, published after every
-// applied update: arc i is entries[i], ending at ends[i], in order of End.
-type snapshot struct {
-	ends    []uint64
-	entries []lease.Entry
-}
-
-func newSnapshot(es []lease.Entry) *snapshot {
-	t := &snapshot{ends: make([]uint64, len(es)), entries: es}
-	for i, e := range es {
-		t.ends[i] = e.Range.End
-	}
-	return t
-}
-
-// find returns the index of the arc containing h, as ring.Table.Find does.
-func (t *snapshot) find(h uint64) int {
-	lo, hi := 0, len(t.ends)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if t.ends[m] < h {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	if lo == len(t.ends) {
-		return 0
-	}
-	return lo
 }
 
 // NewLookup validates cfg and returns a Lookup with no table. Start
@@ -140,7 +108,7 @@ func (l *Lookup) Lookup(keyHash uint64) (addr string, r ring.Range, gen lease.Ge
 	if t == nil {
 		return "", ring.Range{}, 0, false
 	}
-	e := &t.entries[t.find(keyHash)]
+	e := t.find(keyHash)
 	return e.Addr, e.Range, e.Gen, e.Owner != ""
 }
 
@@ -154,7 +122,7 @@ func (l *Lookup) LookupKey(key string) (addr string, r ring.Range, gen lease.Gen
 // Core.Entries); nil before the first table.
 func (l *Lookup) Entries() []lease.Entry {
 	if t := l.table.Load(); t != nil {
-		return slices.Clone(t.entries)
+		return t.flat()
 	}
 	return nil
 }
@@ -163,7 +131,7 @@ func (l *Lookup) Entries() []lease.Entry {
 // the copy); 0 before the first table.
 func (l *Lookup) Len() int {
 	if t := l.table.Load(); t != nil {
-		return len(t.entries)
+		return t.n
 	}
 	return 0
 }
@@ -218,8 +186,8 @@ func (l *Lookup) Close() error {
 
 // publish installs a new table, counts the update and wakes Updated
 // waiters; the first table closes Ready.
-func (l *Lookup) publish(es []lease.Entry, cs CoreStats) {
-	l.table.Store(newSnapshot(es))
+func (l *Lookup) publish(t *chunked, cs CoreStats) {
+	l.table.Store(t)
 	l.version.Add(1)
 	l.updates.Add(1)
 	l.readyOnce.Do(func() { close(l.ready) })

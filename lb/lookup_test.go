@@ -767,7 +767,7 @@ func published(tb testing.TB, n int) (*Lookup, *Core) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	l.publish(c.Entries(), c.Stats())
+	l.publish(chunkedOf(c.Entries(), chunkSize), c.Stats())
 	return l, c
 }
 

@@ -53,7 +53,7 @@ func TestRoundRobinFollowsLookup(t *testing.T) {
 		t.Fatal("Pick before a table")
 	}
 	upd := rr.Updated()
-	l.publish(threeArcs, CoreStats{})
+	l.publish(chunkedOf(threeArcs, chunkSize), CoreStats{})
 	<-upd // closed by publish, before it returned
 	seen := map[string]int{}
 	for range 10 {
@@ -68,7 +68,7 @@ func TestRoundRobinFollowsLookup(t *testing.T) {
 	}
 
 	// b leaves; c arrives.
-	l.publish([]lease.Entry{ent(0, 1<<63, "c", 9), ent(1<<63, 0, "a", 8)}, CoreStats{})
+	l.publish(chunkedOf([]lease.Entry{ent(0, 1<<63, "c", 9), ent(1<<63, 0, "a", 8)}, chunkSize), CoreStats{})
 	if got := rr.Addrs(); !slices.Equal(got, []string{"a:80", "c:80"}) {
 		t.Fatalf("Addrs after the change = %q", got)
 	}
@@ -91,7 +91,7 @@ func TestRoundRobinConcurrent(t *testing.T) {
 		threeArcs,
 		{ent(0, 1<<63, "c", 9), ent(1<<63, 0, "d", 8)},
 	}
-	l.publish(tables[0], CoreStats{})
+	l.publish(chunkedOf(tables[0], chunkSize), CoreStats{})
 	valid := map[string]bool{"a:80": true, "b:80": true, "c:80": true, "d:80": true}
 	done := make(chan string, 4)
 	for range 4 {
@@ -106,7 +106,7 @@ func TestRoundRobinConcurrent(t *testing.T) {
 		}()
 	}
 	for i := range 200 {
-		l.publish(tables[i%2], CoreStats{})
+		l.publish(chunkedOf(tables[i%2], chunkSize), CoreStats{})
 	}
 	for range 4 {
 		if bad := <-done; bad != "" {

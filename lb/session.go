@@ -49,7 +49,7 @@ type session struct {
 	// when the next must be built whole (as after a step the core did not
 	// take). touched are the blocks set or removed since (by number, of
 	// bits): the next table is table with those blocks' arcs replaced.
-	table   []lease.Entry
+	table   *chunked
 	touched map[uint32]struct{}
 	lsn     uint64 // local LSN of the snapshots fed to the core
 	events  chan streamEvent
@@ -389,14 +389,16 @@ func (s *session) onBlocks(c *conn, resp *discovery.DeltaDiscoveryResponse) {
 	out := s.core.Step(lease.LookupResponse{
 		Namespace: s.cfg.Namespace, ManagerNonce: xdsManagerNonce, Snapshot: true, LSN: s.lsn, Entries: entries,
 	}, s.now())
+	var t *chunked
 	if s.core.Stats().Snapshots == snapshots {
 		// Not taken (older than the core's table): the core's stands.
 		s.table = nil
-		entries = s.core.Entries()
+		t = chunkedOf(s.core.Entries(), chunkSize)
 	} else {
-		s.table, s.touched = entries, nil
+		t = chunkedOf(entries, chunkSize)
+		s.table, s.touched = t, nil
 	}
-	s.applied(c, entries, out)
+	s.applied(c, t, out)
 }
 
 // incrementalShare: a response that touches at most 1/incrementalShare of
@@ -426,7 +428,7 @@ func (s *session) touch(name string) {
 // why).
 func (s *session) applyTouched(c *conn) bool {
 	blocks := slices.Sorted(maps.Keys(s.touched))
-	entries, changes, err := spliceBlocks(s.table, s.bits, blocks, func(b uint32) []lease.Entry { return s.held[s.names[b]].entries })
+	t, changes, err := spliceBlocks(s.table, s.bits, blocks, func(b uint32) []lease.Entry { return s.held[s.names[b]].entries })
 	if err != nil {
 		s.table = nil
 		return false
@@ -443,24 +445,24 @@ func (s *session) applyTouched(c *conn) bool {
 		return false
 	}
 	s.lsn++
-	s.table, s.touched = entries, nil
-	s.applied(c, entries, out)
+	s.table, s.touched = t, nil
+	s.applied(c, t, out)
 	return true
 }
 
 // applied publishes the table the core took from entries and delivers its
 // loss upcall.
-func (s *session) applied(c *conn, entries []lease.Entry, out Output) {
+func (s *session) applied(c *conn, t *chunked, out Output) {
 	c.synced, c.applied = true, true
 	s.attempt, s.redirectRun, s.standbyMissed = 0, 0, false
-	// The table the core holds is entries with adjacent arcs of equal
-	// owner, address and generation merged: when none were (as from a
-	// manager, whose views are merged already), entries is it, and a copy
-	// of the whole table is saved.
-	if len(entries) < 2 || s.core.Len() != len(entries) {
-		entries = s.core.Entries()
+	// The table the core holds is t with adjacent arcs of equal owner,
+	// address and generation merged: when none were (as from a manager,
+	// whose views are merged already), t is it, and readers get t itself,
+	// sharing the chunks a push did not reach with the table before.
+	if t.n < 2 || s.core.Len() != t.n {
+		t = chunkedOf(s.core.Entries(), chunkSize)
 	}
-	s.l.publish(entries, s.core.Stats())
+	s.l.publish(t, s.core.Stats())
 	s.deliver(out)
 }
 

@@ -47,8 +47,9 @@ func blocksOf(es []lease.Entry, bits uint32) map[uint32][]lease.Entry {
 }
 
 // TestSpliceBlocksMatchesWhole: a table with the blocks that differ from
-// the next one's replaced is the next table, arc for arc, and the changes
-// are exactly those blocks' arcs; splicing in a block from a third table
+// the next one's replaced is the next table, arc for arc, in chunks whose
+// bookkeeping and lookups are right (checkChunked), the table spliced is
+// left as it was, and the changes are exactly those blocks' arcs; splicing in a block from a third table
 // that does not fit its neighbours is refused, as tableOf refuses the
 // whole.
 func TestSpliceBlocksMatchesWhole(t *testing.T) {
@@ -77,12 +78,19 @@ func TestSpliceBlocksMatchesWhole(t *testing.T) {
 				touched = append(touched, b)
 			}
 		}
-		got, changes, err := spliceBlocks(old, bits, touched, func(b uint32) []lease.Entry { return nb[b] })
+		// Chunks of 1 to 8 arcs, so that blocks straddle them.
+		size := 1 + rnd.IntN(8)
+		oldT := chunkedOf(slices.Clone(old), size)
+		got, changes, err := spliceBlocks(oldT, bits, touched, func(b uint32) []lease.Entry { return nb[b] })
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)
 		}
-		if !slices.Equal(got, next) {
-			t.Fatalf("case %d: spliced\n%v\nwant\n%v", i, got, next)
+		if !slices.Equal(got.flat(), next) {
+			t.Fatalf("case %d: spliced\n%v\nwant\n%v", i, got.flat(), next)
+		}
+		checkChunked(t, got)
+		if !slices.Equal(oldT.flat(), old) {
+			t.Fatalf("case %d: splicing changed the table spliced", i)
 		}
 		var want []lease.Entry
 		for _, b := range touched {
@@ -106,7 +114,7 @@ func TestSpliceBlocksMatchesWhole(t *testing.T) {
 		for k := range uint32(1) << bits {
 			whole = append(whole, mixed[k]...)
 		}
-		_, _, err = spliceBlocks(old, bits, []uint32{b}, func(uint32) []lease.Entry { return third[b] })
+		_, _, err = spliceBlocks(chunkedOf(old, size), bits, []uint32{b}, func(uint32) []lease.Entry { return third[b] })
 		names := blockNames("ns", bits)
 		held := map[string]heldBlock{}
 		for k, name := range names {
@@ -124,6 +132,42 @@ func TestSpliceBlocksMatchesWhole(t *testing.T) {
 		t.Fatal("no block of another cut was refused: the check never ran")
 	}
 	t.Logf("%d of 3000 misfitting blocks refused", refused)
+}
+
+// checkChunked checks a chunked table's bookkeeping: every chunk holds
+// arcs, its last end and first index are recorded, the count is right, and
+// find gives the arc containing each arc's end, start + 1 and a point
+// between, as a walk of the flat table does.
+func checkChunked(t *testing.T, c *chunked) {
+	t.Helper()
+	n := 0
+	for k, ch := range c.chunks {
+		if len(ch) == 0 || c.lasts[k] != ch[len(ch)-1].Range.End || c.starts[k] != n {
+			t.Fatalf("chunk %d of %d arcs: last %x, start %d (after %d arcs)", k, len(ch), c.lasts[k], c.starts[k], n)
+		}
+		n += len(ch)
+	}
+	if n != c.n || len(c.lasts) != len(c.chunks) || len(c.starts) != len(c.chunks) {
+		t.Fatalf("%d arcs counted %d", n, c.n)
+	}
+	flat := c.flat()
+	for k, e := range flat {
+		if got := c.at(k); got != e {
+			t.Fatalf("at(%d) = %v, want %v", k, got, e)
+		}
+		for _, h := range []uint64{e.Range.End, e.Range.Start + 1, e.Range.Start + (e.Range.End-e.Range.Start)/2} {
+			want := flat[0] // every arc ends before h: the one across zero
+			for _, f := range flat {
+				if f.Range.End >= h {
+					want = f
+					break
+				}
+			}
+			if got := *c.find(h); got != want {
+				t.Fatalf("find(%x) = %v, want %v", h, got, want)
+			}
+		}
+	}
 }
 
 // BenchmarkApplyPush measures what a Lookup does with a push at R = 65536
@@ -167,11 +211,12 @@ func BenchmarkApplyPush(b *testing.B) {
 		c.Step(lease.LookupResponse{Namespace: "ns", ManagerNonce: 1, Snapshot: true, LSN: 1, Entries: es}, time.Time{})
 		return c
 	}
+	esT := chunkedOf(es, chunkSize)
 	b.Run("changes", func(b *testing.B) {
 		c := newCore(b)
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
-			_, changes, err := spliceBlocks(es, bits, touched, func(k uint32) []lease.Entry { return blocks[k] })
+			_, changes, err := spliceBlocks(esT, bits, touched, func(k uint32) []lease.Entry { return blocks[k] })
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -176,55 +175,6 @@ func blockIndex(ns, name string) (uint32, bool) {
 		return 0, false
 	}
 	return uint32(b), true
-}
-
-// spliceBlocks returns table (a partition of the circle in ring order, cut
-// into 2^bits blocks) with the arcs of each block in blocks (ascending)
-// replaced by arcsOf(block), in a new array, and those new arcs, as
-// changes in ring order. It checks what a whole rebuild (tableOf) would
-// check, only where the blocks changed it: that each arc around a
-// replaced run starts where the one before it ends. Blocks ascend, and
-// arcs within a block (decodeBlocks), so the ends still ascend strictly.
-func spliceBlocks(table []lease.Entry, bits uint32, blocks []uint32, arcsOf func(b uint32) []lease.Entry) ([]lease.Entry, []lease.Change, error) {
-	grow := 0
-	for _, b := range blocks {
-		grow += len(arcsOf(b))
-	}
-	out := make([]lease.Entry, 0, len(table)+grow)
-	changes := make([]lease.Change, 0, grow)
-	runs := make([][2]int, 0, len(blocks))
-	pos := 0
-	for _, b := range blocks {
-		lo := uint64(b) << (64 - bits)
-		i := pos + sort.Search(len(table)-pos, func(k int) bool { return table[pos+k].Range.End >= lo })
-		j := i
-		for j < len(table) && wire.BlockOf(table[j].Range.End, bits) == b {
-			j++
-		}
-		out = append(out, table[pos:i]...)
-		start := len(out)
-		for _, e := range arcsOf(b) {
-			out = append(out, e)
-			changes = append(changes, lease.Change{Entry: e})
-		}
-		runs = append(runs, [2]int{start, len(out)})
-		pos = j
-	}
-	out = append(out, table[pos:]...)
-	n := len(out)
-	if n == 0 {
-		return nil, nil, errors.New("no arcs")
-	}
-	for _, r := range runs {
-		// From the arc before the run to the arc after it.
-		for k := r[0] - 1; k < r[1]; k++ {
-			prev, next := out[(k+n)%n], out[(k+1+n)%n]
-			if next.Range.Start != prev.Range.End {
-				return nil, nil, fmt.Errorf("arc %v does not start where the arc before it ends (%x)", next.Range, prev.Range.End)
-			}
-		}
-	}
-	return out, changes, nil
 }
 
 // blockNames lists the names of the 2^bits blocks of namespace ns, by

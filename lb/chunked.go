@@ -1,0 +1,208 @@
+package lb
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fuge-project/fuge/api/wire"
+	"github.com/fuge-project/fuge/lease"
+)
+
+// chunkSize is how many arcs a chunk of a chunked table holds when it is
+// cut: a push re-cuts only the chunks its blocks reach, and the table's
+// other chunks are shared with the one before.
+const chunkSize = 32
+
+// chunked is a table in ring order (ends ascending strictly), cut into
+// chunks. It is immutable once built: a Lookup publishes it to readers
+// that take no lock, and the next push builds a new one that shares the
+// chunks it did not reach. Copying a flat table for every push cost a
+// Lookup 3.6 ms and 4.4 MB at R = 65536 (BenchmarkApplyPush).
+type chunked struct {
+	chunks [][]lease.Entry // each non-empty
+	lasts  []uint64        // lasts[c] is the end of chunks[c]'s last arc
+	starts []int           // starts[c] is the index of chunks[c]'s first arc in the table
+	n      int             // arcs in all
+	size   int             // arcs per chunk when one is cut
+}
+
+// chunkedOf cuts es (which it keeps: es must not change) into chunks of
+// size arcs.
+func chunkedOf(es []lease.Entry, size int) *chunked {
+	t := &chunked{size: size}
+	for len(es) > 0 {
+		k := min(len(es), size)
+		t.add(es[:k:k])
+		es = es[k:]
+	}
+	return t
+}
+
+// add appends a non-empty chunk.
+func (t *chunked) add(ch []lease.Entry) {
+	t.chunks = append(t.chunks, ch)
+	t.lasts = append(t.lasts, ch[len(ch)-1].Range.End)
+	t.starts = append(t.starts, t.n)
+	t.n += len(ch)
+}
+
+// chunkAtOrAfter is the first chunk whose last end is h or after it,
+// len(t.chunks) if none.
+func (t *chunked) chunkAtOrAfter(h uint64) int {
+	lo, hi := 0, len(t.lasts)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if t.lasts[m] < h {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// find returns the arc containing h, as ring.Table.Find does: the first
+// arc ending at h or after it, or the first arc (which crosses zero) when
+// every arc ends before h. The table must not be empty.
+func (t *chunked) find(h uint64) *lease.Entry {
+	c := t.chunkAtOrAfter(h)
+	if c == len(t.chunks) {
+		return &t.chunks[0][0]
+	}
+	ch := t.chunks[c]
+	lo, hi := 0, len(ch)-1 // the last arc ends at h or after it
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if ch[m].Range.End < h {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return &ch[lo]
+}
+
+// at is the table's k-th arc.
+func (t *chunked) at(k int) lease.Entry {
+	lo, hi := 0, len(t.starts)-1 // the last chunk starting at k or before
+	for lo < hi {
+		m := int(uint(lo+hi+1) >> 1)
+		if t.starts[m] <= k {
+			lo = m
+		} else {
+			hi = m - 1
+		}
+	}
+	return t.chunks[lo][k-t.starts[lo]]
+}
+
+// flat returns the table as one new slice.
+func (t *chunked) flat() []lease.Entry {
+	out := make([]lease.Entry, 0, t.n)
+	for _, ch := range t.chunks {
+		out = append(out, ch...)
+	}
+	return out
+}
+
+// spliceBlocks returns table (a partition of the circle in ring order, cut
+// into 2^bits blocks) with the arcs of each block in blocks (ascending)
+// replaced by arcsOf(block), and those new arcs, as changes in ring order.
+// Only the chunks those blocks reach are copied and cut anew; the others
+// are shared with table, which is not changed. It checks what a whole
+// rebuild (tableOf) would check, only where the blocks changed it: that
+// each arc around a replaced run starts where the one before it ends.
+// Blocks ascend, and arcs within a block (decodeBlocks), so the ends still
+// ascend strictly.
+func spliceBlocks(table *chunked, bits uint32, blocks []uint32, arcsOf func(b uint32) []lease.Entry) (*chunked, []lease.Change, error) {
+	if table.n == 0 {
+		return nil, nil, errors.New("no arcs")
+	}
+	shift := 64 - bits
+	last := len(table.chunks) - 1
+	// The chunks holding a block's arcs, or where they go: from the first
+	// chunk that ends at the block's first position or after it, to the
+	// first that ends at its last position or after it (the last chunk
+	// when none does). Blocks ascend, so these spans do; overlapping or
+	// adjacent ones are rebuilt together, as one segment.
+	type segment struct {
+		c0, c1 int
+		blocks []uint32
+	}
+	var segs []segment
+	for _, b := range blocks {
+		lo := uint64(b) << shift
+		hi := lo | (1<<shift - 1)
+		c0 := min(table.chunkAtOrAfter(lo), last)
+		c1 := min(table.chunkAtOrAfter(hi), last)
+		if k := len(segs) - 1; k >= 0 && c0 <= segs[k].c1+1 {
+			segs[k].c1 = max(segs[k].c1, c1)
+			segs[k].blocks = append(segs[k].blocks, b)
+			continue
+		}
+		segs = append(segs, segment{c0: c0, c1: c1, blocks: []uint32{b}})
+	}
+	k := len(table.chunks) + len(blocks)
+	out := &chunked{size: table.size, chunks: make([][]lease.Entry, 0, k), lasts: make([]uint64, 0, k), starts: make([]int, 0, k)}
+	var changes []lease.Change
+	var runs [][2]int // replaced runs, as indexes into out
+	next := 0         // the first chunk of table not yet in out
+	for _, sg := range segs {
+		for ; next < sg.c0; next++ {
+			out.add(table.chunks[next])
+		}
+		flat := make([]lease.Entry, 0, table.starts[sg.c1]+len(table.chunks[sg.c1])-table.starts[sg.c0])
+		grow := 0
+		for c := sg.c0; c <= sg.c1; c++ {
+			flat = append(flat, table.chunks[c]...)
+		}
+		for _, b := range sg.blocks {
+			grow += len(arcsOf(b))
+		}
+		next = sg.c1 + 1
+		spliced := make([]lease.Entry, 0, len(flat)+grow)
+		pos := 0
+		for _, b := range sg.blocks {
+			lo := uint64(b) << shift
+			i := pos
+			for i < len(flat) && flat[i].Range.End < lo {
+				i++
+			}
+			j := i
+			for j < len(flat) && wire.BlockOf(flat[j].Range.End, bits) == b {
+				j++
+			}
+			spliced = append(spliced, flat[pos:i]...)
+			start := out.n + len(spliced)
+			for _, e := range arcsOf(b) {
+				spliced = append(spliced, e)
+				changes = append(changes, lease.Change{Entry: e})
+			}
+			runs = append(runs, [2]int{start, out.n + len(spliced)})
+			pos = j
+		}
+		spliced = append(spliced, flat[pos:]...)
+		for len(spliced) > 0 {
+			k := min(len(spliced), out.size)
+			out.add(spliced[:k:k])
+			spliced = spliced[k:]
+		}
+	}
+	for ; next < len(table.chunks); next++ {
+		out.add(table.chunks[next])
+	}
+	n := out.n
+	if n == 0 {
+		return nil, nil, errors.New("no arcs")
+	}
+	for _, r := range runs {
+		// From the arc before the run to the arc after it.
+		for k := r[0] - 1; k < r[1]; k++ {
+			prev, next := out.at((k+n)%n), out.at((k+1+n)%n)
+			if next.Range.Start != prev.Range.End {
+				return nil, nil, fmt.Errorf("arc %v does not start where the arc before it ends (%x)", next.Range, prev.Range.End)
+			}
+		}
+	}
+	return out, changes, nil
+}
