@@ -395,16 +395,36 @@ func (s *Server) becomeLeader() error {
 	if err != nil {
 		return err
 	}
+	if beforeLeading != nil {
+		beforeLeading(s)
+	}
 	l := newLeaderState(s, core)
+	// Stop may have come while this node was taking over (the barrier and
+	// the restore take seconds with thousands of owners): it stepped down
+	// before there was a leader loop to stop, so one started now would run
+	// on, and Stop would wait for it until its deadline (the last node of
+	// a 3-node cluster at ten times PRS's scale exited with "stop failed"
+	// after 10 s). Under s.mu, which stepDown takes after s.stop is
+	// closed, either Stop sees the loop and stops it, or no loop starts.
 	s.mu.Lock()
+	select {
+	case <-s.stop:
+		s.mu.Unlock()
+		return fmt.Errorf("%w: the node is stopping", ErrNotLeader)
+	default:
+	}
 	s.leader = l
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); l.run() }()
 	s.mu.Unlock()
 	s.metrics.leaderChanges.Inc()
 	s.log.Info("leading", "id", s.cfg.NodeID, "term", s.raft.CurrentTerm())
-	s.wg.Add(1)
-	go func() { defer s.wg.Done(); l.run() }()
 	return nil
 }
+
+// beforeLeading, when set (by tests), runs in becomeLeader just before the
+// leader loop starts.
+var beforeLeading func(*Server)
 
 func (s *Server) coreConfig() Config {
 	c := DefaultConfig()

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -118,6 +119,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer cancel()
 	if err := server.Stop(sctx); err != nil {
 		log.Error("stop failed", "err", err)
+		// What did not end in time, for whoever reads the log: the
+		// goroutines grouped by stack, as SIGQUIT prints them.
+		fmt.Fprintln(stderr, "fuge-manager: goroutines still running:")
+		_ = pprof.Lookup("goroutine").WriteTo(stderr, 1)
 		return 1
 	}
 	log.Info("stopped")
