@@ -226,7 +226,7 @@ func (s *Server) Start(register func(*grpc.Server)) (err error) {
 func (s *Server) Stop(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
-		if s.raft != nil && s.raft.State() == raft.Leader && s.voters() > 1 {
+		if s.raft != nil && s.raft.State() == raft.Leader && s.Voters() > 1 {
 			if e := s.raft.LeadershipTransfer().Error(); e != nil {
 				s.log.Warn("leadership transfer", "err", e)
 			}
@@ -282,7 +282,10 @@ func (s *Server) closeAll() {
 	}
 }
 
-func (s *Server) voters() int {
+// Voters is the number of voters in this node's latest raft
+// configuration, committed or not: a node that lists the others can take
+// part in electing a leader without the current one.
+func (s *Server) Voters() int {
 	f := s.raft.GetConfiguration()
 	if f.Error() != nil {
 		return 0
