@@ -18,14 +18,7 @@ import (
 // fuzzAdminServer starts a single-node manager serving namespace "ns" and
 // returns its admin handler once it leads.
 func fuzzAdminServer(f testing.TB) http.Handler {
-	cfg := DefaultServerConfig()
-	cfg.NodeID = "n1"
-	cfg.DataDir = f.TempDir()
-	cfg.RaftAddr, cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.LeaseDuration = 3 * time.Second
-	cfg.Namespaces = []NamespaceConfig{{Name: "ns", RingSize: 64}}
-	cfg.RaftHeartbeatTimeout, cfg.RaftElectionTimeout, cfg.RaftLeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
-	s, err := NewServer(cfg)
+	s, err := NewServer(testNodeConfig(f, "n1", "ns", 64, 3*time.Second))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -29,13 +29,7 @@ type benchOwner struct {
 // size r, and n owners that hold all of it.
 func dashboardPool(b *testing.B, r, n int) (*Server, *leaderState, []*benchOwner) {
 	b.Helper()
-	cfg := DefaultServerConfig()
-	cfg.NodeID = "bench"
-	cfg.DataDir = b.TempDir()
-	cfg.RaftAddr, cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.LeaseDuration = time.Minute // nothing expires during a run
-	cfg.Namespaces = []NamespaceConfig{{Name: "bench", RingSize: r}}
-	cfg.RaftHeartbeatTimeout, cfg.RaftElectionTimeout, cfg.RaftLeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
+	cfg := testNodeConfig(b, "bench", "bench", r, time.Minute) // nothing expires during a run
 	s, err := NewServer(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -44,13 +38,7 @@ func dashboardPool(b *testing.B, r, n int) (*Server, *leaderState, []*benchOwner
 		b.Fatal(err)
 	}
 	b.Cleanup(s.Kill)
-	deadline := time.Now().Add(time.Minute)
-	for !s.IsLeader() {
-		if time.Now().After(deadline) {
-			b.Fatal("no leadership")
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval
-	}
+	waitLeading(b, s, time.Minute)
 	s.mu.Lock()
 	l := s.leader
 	s.mu.Unlock()
@@ -76,7 +64,7 @@ func dashboardPool(b *testing.B, r, n int) (*Server, *leaderState, []*benchOwner
 	// Deliver until every arc is granted: each owner's latest request,
 	// then every response to whoever it is for. The owners answer at once
 	// whatever changes what they hold.
-	deadline = time.Now().Add(5 * time.Minute)
+	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		for _, i := range slices.Sorted(maps.Keys(next)) {
 			req := next[i]

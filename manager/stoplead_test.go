@@ -15,13 +15,7 @@ import (
 // started after Stop had stepped down, and Stop returned
 // context.DeadlineExceeded.
 func TestStopWhileTakingOver(t *testing.T) {
-	cfg := DefaultServerConfig()
-	cfg.NodeID = "n1"
-	cfg.DataDir = t.TempDir()
-	cfg.RaftAddr, cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.LeaseDuration = 3 * time.Second
-	cfg.Namespaces = []NamespaceConfig{{Name: "ns", RingSize: 64}}
-	cfg.RaftHeartbeatTimeout, cfg.RaftElectionTimeout, cfg.RaftLeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
+	cfg := testNodeConfig(t, "n1", "ns", 64, 3*time.Second)
 	// A first run commits the node and the namespace, so that the restart
 	// below has nothing to commit when it takes over: its leader loop then
 	// waits, as the loaded node's did, instead of ending at a failed
@@ -33,12 +27,7 @@ func TestStopWhileTakingOver(t *testing.T) {
 	if err := first.Start(nil); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); !first.IsLeader(); {
-		if time.Now().After(deadline) {
-			t.Fatal("the first run did not lead")
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval
-	}
+	waitLeading(t, first, 20*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := first.Stop(ctx); err != nil {
@@ -56,8 +45,7 @@ func TestStopWhileTakingOver(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { beforeLeading = nil })
-	cfg.RaftAddr, cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	s, err := NewServer(cfg)
+	s, err := NewServer(cfg) // the same data directory, new ports
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,32 @@
+package manager
+
+import (
+	"testing"
+	"time"
+)
+
+// testNodeConfig is the configuration of a single-node manager for this
+// package's tests: node id, a data directory of tb's, kernel-chosen ports
+// on 127.0.0.1, raft's timers short (elections in tens of milliseconds),
+// lease duration T and one namespace ns of ring size r.
+func testNodeConfig(tb testing.TB, id, ns string, r int, T time.Duration) ServerConfig {
+	cfg := DefaultServerConfig()
+	cfg.NodeID = id
+	cfg.DataDir = tb.TempDir()
+	cfg.RaftAddr, cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.LeaseDuration = T
+	cfg.Namespaces = []NamespaceConfig{{Name: ns, RingSize: r}}
+	cfg.RaftHeartbeatTimeout, cfg.RaftElectionTimeout, cfg.RaftLeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
+	return cfg
+}
+
+// waitLeading polls until s leads, failing tb after d.
+func waitLeading(tb testing.TB, s *Server, d time.Duration) {
+	tb.Helper()
+	for deadline := time.Now().Add(d); !s.IsLeader(); {
+		if time.Now().After(deadline) {
+			tb.Fatal("the node did not come to lead")
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval
+	}
+}
