@@ -40,7 +40,11 @@ func TestStopWhileTakingOver(t *testing.T) {
 		<-s.stop // Stop has begun: it closes s.stop, steps down, then shuts raft down
 		// Hold the take-over until Stop has stepped down, as it had under
 		// load: raft's state is Shutdown only after that.
-		for deadline := time.Now().Add(10 * time.Second); s.raft.State() != raft.Shutdown && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(10 * time.Second); s.raft.State() != raft.Shutdown; {
+			if time.Now().After(deadline) {
+				t.Error("Stop did not shut raft down: the take-over was not held until Stop stepped down")
+				return
+			}
 			time.Sleep(time.Millisecond) // polling interval
 		}
 	}
