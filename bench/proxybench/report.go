@@ -36,8 +36,8 @@ type report struct {
 
 func newReport(cfg config, pinned bool) *report {
 	r := &report{Date: time.Now().Format("2006-01-02 15:04 MST"), Quick: cfg.quick, Pinned: pinned, Env: map[string]string{}, cfg: cfg}
-	r.Config = fmt.Sprintf("pairs wanted %d, wrk warm-up %v then %v per run, latency %d rounds of %v runs, churn %v per balancer (a restart every %v, down %v), ring move %v + %v, quiet wait up to %v",
-		cfg.rounds, cfg.warm, cfg.run, cfg.latRounds, cfg.latDur, cfg.churnDur, cfg.churnEvery, cfg.churnDown, cfg.moveSteady, cfg.moveAfter, cfg.quietMax)
+	r.Config = fmt.Sprintf("pairs wanted %d (the other targets in the first %d rounds), wrk warm-up %v then %v per run, latency %d rounds of %v runs, churn %v per balancer (a restart every %v, down %v), ring move %v + %v, quiet wait up to %v",
+		cfg.rounds, cfg.otherRounds, cfg.warm, cfg.run, cfg.latRounds, cfg.latDur, cfg.churnDur, cfg.churnEvery, cfg.churnDown, cfg.moveSteady, cfg.moveAfter, cfg.quietMax)
 	sh := func(k string, args ...string) {
 		out, _ := exec.Command(args[0], args[1:]...).CombinedOutput()
 		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")

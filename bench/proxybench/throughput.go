@@ -104,7 +104,7 @@ func (b *bench) measureTput(t *target, round int) tputRun {
 }
 
 // throughput runs the rounds until cfg.rounds pairs are valid (at most
-// three rounds more).
+// three rounds more); the other targets run in the first cfg.otherRounds.
 func (b *bench) throughput(targets []*target) (runs []tputRun, pairs []pair) {
 	byName := map[string]*target{}
 	var others []*target
@@ -136,6 +136,9 @@ func (b *bench) throughput(targets []*target) (runs []tputRun, pairs []pair) {
 		}
 		pairs = append(pairs, p)
 		for i := range others {
+			if round > b.cfg.otherRounds {
+				break
+			}
 			runs = append(runs, b.measureTput(others[(i+round)%len(others)], round))
 		}
 		log.Printf("round %d took %v", round, time.Since(start).Round(time.Second))
