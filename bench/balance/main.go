@@ -385,6 +385,9 @@ func run(ctx context.Context, o options, logw io.Writer) (*result, error) {
 	cancel()
 	wg.Wait()
 	for _, r := range runs {
+		// A loss upcall comes after the table it belongs to, from the
+		// lookup's own goroutine; Close delivers those still queued.
+		r.lookup.Close()
 		r.Losses, r.LossRanges = r.lossN.Load(), r.lossR.Load()
 		r.Unserved = r.unsrv.Load()
 		for i := range r.served {

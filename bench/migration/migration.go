@@ -453,6 +453,11 @@ func (p *pool) drain(ctx context.Context) (Result, error) {
 		return res, fmt.Errorf("drain: %s", resp.Status)
 	}
 	err = p.settled(ctx, victim.name)
+	// The lookup delivers a loss upcall after it publishes the table that
+	// settled saw, from a goroutine of its own: closing it delivers every
+	// upcall still queued (the clients republish in it), so that none is
+	// counted too late or raced by the final reads.
+	p.look.Close()
 	res.Settle = time.Since(start)
 	close(stop)
 	wg.Wait()
