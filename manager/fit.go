@@ -57,8 +57,11 @@ const (
 // fitProgress below the best since it started counts as no progress
 // (unless it prepared a relay); two in a row settle fit at the best
 // max/mean of the episode, and a round that can promise nothing settles it
-// where it is. A settled fit moves again only once the measured max/mean
-// is fitRestall above where it settled and above fitStart (a load shift).
+// where it is, except once: a round that cannot finish the relay the last
+// round prepared begins the episode again from the ring as it is (so at
+// most 2R virtual nodes move before fit settles). A settled fit moves
+// again only once the measured max/mean is fitRestall above where it
+// settled and above fitStart (a load shift).
 // The band is wider than the noise of a 5 s EWMA at the bench's rates
 // (about ±0.02 at Zipf 1.1), so a standing load yields a bounded number of
 // moving rounds, then none.
@@ -87,7 +90,10 @@ type fitPolicy struct {
 	// (see fitPlan.run); lastPrep: the last round did.
 	prepRounds int
 	lastPrep   bool
-	wasAbove   bool // the last round found a settled fit above its band, by less than twice the band
+	// renewed: the episode was begun again once after a prepared relay
+	// could not be finished (see Plan).
+	renewed  bool
+	wasAbove bool // the last round found a settled fit above its band, by less than twice the band
 }
 
 // fitHorizon: a round's plan may look at relays of up to fitHorizon times
@@ -140,7 +146,7 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 	case p.stalled > 0 && !above:
 		return nil
 	case p.stalled > 0 || (!p.active && ratio > fitStart):
-		p.stalled, p.best, p.noProgress, p.prepRounds = 0, ratio, 0, 0
+		p.stalled, p.best, p.noProgress, p.prepRounds, p.renewed = 0, ratio, 0, 0, false
 		p.gave, p.took = map[string]bool{}, map[string]bool{}
 	case !p.active:
 		return nil
@@ -165,6 +171,19 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 	p.active = true
 	plan := newFitPlan(in, min(fitHorizon*in.MaxMoves, in.Ring.Len()))
 	rd := plan.run(in.MaxMoves, p.gave, p.took, p.prepRounds < fitMaxPrep)
+	if prevPrep && !rd.prep && !p.renewed && (len(rd.moves) == 0 || rd.after > rd.before-fitProgress*plan.total/float64(n)) {
+		// The relay the last round prepared cannot be finished on this
+		// round's reports within the episode's rule (who gave only
+		// gives, who took only takes): its sheds moved the key's path.
+		// Settling here would leave the pool where the preparation left
+		// it, no better than before. Begin the episode again, once, from
+		// the ring as it is now: two episodes still move at most 2R
+		// virtual nodes, and the second one settles like any other.
+		p.renewed, p.prepRounds = true, 0
+		p.gave, p.took = map[string]bool{}, map[string]bool{}
+		plan = newFitPlan(in, min(fitHorizon*in.MaxMoves, in.Ring.Len()))
+		rd = plan.run(in.MaxMoves, p.gave, p.took, true)
+	}
 	moves := rd.moves
 	if rd.prep {
 		p.prepRounds++
