@@ -203,8 +203,11 @@ func page(b *testing.B, s *Server, pollEvery, reloadEvery time.Duration) func() 
 			}
 		}
 	}()
-	for !s.events.live() {
-		time.Sleep(time.Millisecond) // until the stream is subscribed
+	for deadline := time.Now().Add(time.Minute); !s.events.live(); {
+		if time.Now().After(deadline) {
+			b.Fatal("the dashboard's event stream did not subscribe")
+		}
+		time.Sleep(time.Millisecond) // polling interval
 	}
 	return func() { cancel(); wg.Wait() }
 }

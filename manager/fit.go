@@ -171,7 +171,7 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 	p.active = true
 	plan := newFitPlan(in, min(fitHorizon*in.MaxMoves, in.Ring.Len()))
 	rd := plan.run(in.MaxMoves, p.gave, p.took, p.prepRounds < fitMaxPrep)
-	if prevPrep && !rd.prep && !p.renewed && (len(rd.moves) == 0 || rd.after > rd.before-fitProgress*plan.total/float64(n)) {
+	if prevPrep && !p.renewed && !rd.promises(plan) {
 		// The relay the last round prepared cannot be finished on this
 		// round's reports within the episode's rule (who gave only
 		// gives, who took only takes): its sheds moved the key's path.
@@ -184,18 +184,26 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 		plan = newFitPlan(in, min(fitHorizon*in.MaxMoves, in.Ring.Len()))
 		rd = plan.run(in.MaxMoves, p.gave, p.took, true)
 	}
+	if !rd.promises(plan) {
+		// Nothing the model can promise: settle here.
+		p.settle(ratio)
+		return nil
+	}
 	moves := rd.moves
 	if rd.prep {
 		p.prepRounds++
 		p.lastPrep = true
-	} else if len(moves) == 0 || rd.after > rd.before-fitProgress*plan.total/float64(n) {
-		// Nothing the model can promise: settle here.
-		p.settle(ratio)
-		return nil
 	}
 	for _, mv := range moves {
 		p.gave[mv.From], p.took[mv.To] = true, true
 	}
 	p.moved = true
 	return moves
+}
+
+// promises reports whether the round is worth making on plan's model: it
+// prepares a relay, or its moves lower the highest load by fitProgress of
+// the mean.
+func (r fitRound) promises(plan *fitPlan) bool {
+	return r.prep || len(r.moves) > 0 && r.after <= r.before-fitProgress*plan.total/float64(plan.n)
 }

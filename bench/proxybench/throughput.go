@@ -135,11 +135,10 @@ func (b *bench) throughput(targets []*target) (runs []tputRun, pairs []pair) {
 			valid++
 		}
 		pairs = append(pairs, p)
-		for i := range others {
-			if round > b.cfg.otherRounds {
-				break
+		if round <= b.cfg.otherRounds {
+			for i := range others {
+				runs = append(runs, b.measureTput(others[(i+round)%len(others)], round))
 			}
-			runs = append(runs, b.measureTput(others[(i+round)%len(others)], round))
 		}
 		log.Printf("round %d took %v", round, time.Since(start).Round(time.Second))
 	}
