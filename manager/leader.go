@@ -50,6 +50,7 @@ type ownerStream struct {
 	nonce  uint64
 	out    chan *fugev1.LeaseResponse
 	cancel context.CancelFunc
+	packed bool // the owner reads packed leases (its first request said so)
 }
 
 func newLeaderState(s *Server, core *Manager) *leaderState {
@@ -218,7 +219,7 @@ func (l *leaderState) commit(out Output) bool {
 			continue // the owner is not connected: the protocol tolerates loss
 		}
 		select {
-		case st.out <- wire.Response(*m):
+		case st.out <- wire.Response(*m, st.packed):
 		default:
 			l.s.metrics.sendDropped.Inc() // a slow owner: drop, it re-sends
 		}

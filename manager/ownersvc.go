@@ -61,7 +61,7 @@ func (o *ownerService) Lease(stream fugev1.OwnerService_LeaseServer) error {
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st := &ownerStream{key: streamKey{req.Namespace, req.Owner}, nonce: req.Nonce, out: make(chan *fugev1.LeaseResponse, 64), cancel: cancel}
+	st := &ownerStream{key: streamKey{req.Namespace, req.Owner}, nonce: req.Nonce, out: make(chan *fugev1.LeaseResponse, 64), cancel: cancel, packed: first.Packed}
 	if err := l.open(st); err != nil {
 		if errors.Is(err, ErrOwnerInUse) {
 			return status.Errorf(codes.AlreadyExists, "%v: %q in %q", err, req.Owner, req.Namespace)

@@ -32,7 +32,7 @@ func BenchmarkRenewOverGRPC(b *testing.B) {
 		req.Load.Groups[i] = 1
 	}
 	roundTrip := func() lease.LeaseResponse {
-		m := wire.Request(req)
+		m := wire.Request(req, true)
 		m.LeaseDurationMs = 3000
 		return exchange(b, stream, m)
 	}

@@ -104,7 +104,7 @@ func exchange(t testing.TB, stream fugev1.OwnerService_LeaseClient, m *fugev1.Le
 
 // hello is a session's first request, with the test nodes' lease duration.
 func hello(ns, owner string, nonce uint64) *fugev1.LeaseRequest {
-	r := wire.Request(lease.LeaseRequest{Namespace: ns, Owner: owner, Addr: owner + ":1", Header: lease.Header{Nonce: nonce, Seq: 1}})
+	r := wire.Request(lease.LeaseRequest{Namespace: ns, Owner: owner, Addr: owner + ":1", Header: lease.Header{Nonce: nonce, Seq: 1}}, false)
 	r.LeaseDurationMs = 3000
 	return r
 }
@@ -157,6 +157,69 @@ func TestSingleNodeGrantsEveryArc(t *testing.T) {
 	}
 }
 
+// The manager answers an owner that reads packed leases with packed ones
+// and reads its packed renewals; an owner from before packed leases (its
+// requests do not say it reads them) gets and sends messages, as before.
+func TestSingleNodePacksLeasesOnlyForOwnersThatReadThem(t *testing.T) {
+	s := startNode(t, "n1", "", nil)
+	eventually(t, "leadership", s.IsLeader)
+	_, g, h := s.Addrs()
+	resp, err := http.Post("http://"+h+"/v1/namespaces", "application/json", strings.NewReader(`{"name":"old","ring_size":64}`))
+	if err != nil || resp.StatusCode != 201 {
+		t.Fatalf("create namespace old: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	client := dial(t, g)
+	for _, packed := range []bool{true, false} {
+		ns := "ns"
+		if !packed {
+			ns = "old"
+		}
+		stream, err := client.Lease(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		send := func(m *fugev1.LeaseRequest) (*fugev1.LeaseResponse, lease.LeaseResponse) {
+			t.Helper()
+			m.Packed = packed
+			if err := stream.Send(m); err != nil {
+				t.Fatal(err)
+			}
+			raw, err := stream.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := wire.ResponseFrom(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !raw.Packed {
+				t.Errorf("%s: the response does not say the manager reads packed leases", ns)
+			}
+			return raw, r
+		}
+		raw, r := send(hello(ns, "a", 11))
+		if len(r.Grant) != 1 || !r.Grant[0].Range.IsFull() {
+			t.Fatalf("%s: first response %+v, want the whole ring granted", ns, r)
+		}
+		if got := len(raw.GrantPacked) == 3 && len(raw.Grant) == 0; got != packed {
+			t.Errorf("%s (owner reads packed %v): grant %d messages, %d packed numbers", ns, packed, len(raw.Grant), len(raw.GrantPacked))
+		}
+		renew := wire.Request(lease.LeaseRequest{Namespace: ns, Owner: "a", Addr: "a:1",
+			Header: lease.Header{Nonce: 11, Seq: 2, PeerNonce: r.Nonce, AckSeq: r.Seq}, Held: r.Grant}, packed)
+		renew.LeaseDurationMs = 3000
+		raw, r2 := send(renew)
+		if len(r2.Renew) != 1 || r2.Renew[0] != r.Grant[0] || r2.AckSeq != 2 {
+			t.Fatalf("%s: renewal answered %+v, want %v renewed", ns, r2, r.Grant)
+		}
+		if got := len(raw.RenewPacked) == 3 && len(raw.Renew) == 0; got != packed {
+			t.Errorf("%s (owner reads packed %v): renew %d messages, %d packed numbers", ns, packed, len(raw.Renew), len(raw.RenewPacked))
+		}
+	}
+}
+
 func TestBadInputGetsAClearErrorAndChangesNothing(t *testing.T) {
 	s := startNode(t, "n1", "", func(c *manager.ServerConfig) { c.MaxMessageBytes = 64 << 10 })
 	eventually(t, "leadership", s.IsLeader)
@@ -187,6 +250,12 @@ func TestBadInputGetsAClearErrorAndChangesNothing(t *testing.T) {
 	longer.LeaseDurationMs = 4000
 	if _, err := open(longer); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("owner lease longer than the namespace's: %v, want InvalidArgument", err)
+	}
+	both := hello("ns", "a", 1)
+	both.HeldPacked = []uint64{1, 2, 3}
+	both.Held = []*fugev1.Lease{{Range: &fugev1.Range{Start: 1, End: 2}, Gen: 3}}
+	if _, err := open(both); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "held_packed") {
+		t.Errorf("held in both forms: %v, want InvalidArgument naming held_packed", err)
 	}
 	huge := hello("ns", "a", 1)
 	huge.Addr = strings.Repeat("x", 100<<10)

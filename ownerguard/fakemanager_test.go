@@ -52,6 +52,11 @@ type fakeManager struct {
 	streams map[string]*fakeStream // the live stream of each owner name
 	opened  int                    // streams begun, in any mode
 	eofs    int                    // streams the client half-closed
+	// legacy: answer as a manager from before packed leases, whose
+	// responses do not say it reads them; an owner that sends it packed
+	// leases anyway fails the test (that manager would read no leases).
+	legacy bool
+	packed int // requests that carried held_packed
 }
 
 type fakeStream struct {
@@ -131,6 +136,18 @@ func (f *fakeManager) drop(owner string) {
 	close(fs.kill)
 }
 
+func (f *fakeManager) setLegacy() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.legacy = true
+}
+
+func (f *fakeManager) packedRequests() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.packed
+}
+
 func (f *fakeManager) counts() (opened, eofs int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -190,8 +207,10 @@ func (f *fakeManager) dispatchLocked(out manager.Output) {
 		if fs == nil || fs.nonce != m.PeerNonce {
 			continue
 		}
+		r := wire.Response(m, !f.legacy)
+		r.Packed = !f.legacy
 		select {
-		case fs.out <- wire.Response(m):
+		case fs.out <- r:
 		default:
 		}
 	}
@@ -246,6 +265,14 @@ func (f *fakeManager) recv(stream fugev1.OwnerService_LeaseServer, fs *fakeStrea
 		}
 		if ignore {
 			continue
+		}
+		if len(msg.HeldPacked) > 0 {
+			f.mu.Lock()
+			f.packed++
+			if f.legacy {
+				f.t.Errorf("fake manager: owner %q sent packed leases to a manager that did not say it reads them", msg.Owner)
+			}
+			f.mu.Unlock()
 		}
 		req, err := wire.RequestFrom(msg)
 		if err != nil {

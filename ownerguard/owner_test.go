@@ -44,6 +44,31 @@ func TestOwnerSingleHoldsEveryArc(t *testing.T) {
 	}
 }
 
+// An owner sends its renewals packed once its manager said it reads them,
+// and never to a manager that did not (one from before packed leases would
+// take an empty held for a release); either way it keeps its leases.
+func TestOwnerPacksRenewalsOnlyForAManagerThatReadsThem(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		f := newFakeManager(t, testT, testNS)
+		if legacy {
+			f.setLegacy()
+		}
+		o, _ := newOwner(t, "a", []string{f.addr}, nil)
+		waitReady(t, o)
+		eventually(t, o, "a holds what the manager granted", func() bool { return agrees(f, o, "a") })
+		// Renewals every T/4: wait for a few after the grant.
+		accepted := o.Stats().Core.Accepted
+		eventually(t, o, "three more answers", func() bool { return o.Stats().Core.Accepted >= accepted+3 })
+		if !agrees(f, o, "a") {
+			t.Errorf("legacy %v: the owner and the manager disagree after renewals", legacy)
+		}
+		if n := f.packedRequests(); (n > 0) == legacy {
+			t.Errorf("legacy %v: %d requests carried packed leases", legacy, n)
+		}
+		o.Close()
+	}
+}
+
 func TestOwnerSecondOwnerJoins(t *testing.T) {
 	f := newFakeManager(t, testT, testNS)
 	a, recA := newOwner(t, "a", []string{f.addr}, nil)

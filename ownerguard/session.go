@@ -136,7 +136,7 @@ func (s *session) apply(out Output, now time.Time) {
 	s.migrate(out)
 	if out.Send != nil {
 		if s.cur != nil {
-			s.cur.send(s.request(*out.Send))
+			s.cur.send(s.request(s.cur, *out.Send))
 			if s.waitSince.IsZero() {
 				s.waitSince = now
 			}
@@ -146,12 +146,13 @@ func (s *session) apply(out Output, now time.Time) {
 	}
 }
 
-// request converts a core's request to the wire.
-func (s *session) request(r lease.LeaseRequest) *fugev1.LeaseRequest {
+// request converts a core's request to the wire, for st: packed if its
+// manager reads packed leases.
+func (s *session) request(st *stream, r lease.LeaseRequest) *fugev1.LeaseRequest {
 	if !r.Leaving {
 		r.Load = s.o.loadReport(s.now())
 	}
-	req := wire.Request(r)
+	req := wire.Request(r, st.packed)
 	req.LeaseDurationMs = s.cfg.LeaseDuration.Milliseconds() // the manager checks it matches
 	return req
 }
@@ -245,6 +246,9 @@ func (s *session) handle(e event) {
 	}
 	now := s.now()
 	s.waitSince = time.Time{}
+	if e.resp.Packed {
+		s.cur.packed = true
+	}
 	resp, err := wire.ResponseFrom(e.resp)
 	if err != nil {
 		s.o.malformed.Add(1)
@@ -382,7 +386,7 @@ func (s *session) shutdown() {
 		}
 	} else {
 		if out.Send != nil {
-			st.send(s.request(*out.Send))
+			st.send(s.request(st, *out.Send))
 		}
 		st.closeSend()
 		if timeout != nil {
@@ -419,6 +423,9 @@ func (s *session) awaitAnswer(st *stream, timeout <-chan struct{}) *stream {
 			}
 			if e.resp == nil {
 				return nil // the stream ended: nobody to tell
+			}
+			if e.resp.Packed {
+				st.packed = true
 			}
 			resp, err := wire.ResponseFrom(e.resp)
 			if err != nil {

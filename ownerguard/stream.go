@@ -33,6 +33,10 @@ type stream struct {
 	next    *fugev1.LeaseRequest // latest request not yet written
 	closing bool                 // half-close after writing next
 	wake    chan struct{}
+
+	// packed: the manager at the other end said it reads packed leases,
+	// so requests may carry them. Only the session's goroutine uses it.
+	packed bool
 }
 
 func newStream(parent context.Context, addr string) *stream {

@@ -97,7 +97,7 @@ func (m *testManager) join(ctx context.Context, t *testing.T, name string, nonce
 		t.Fatal(err)
 	}
 	req := wire.Request(lease.LeaseRequest{Namespace: "ns", Owner: name, Addr: "127.0.0.1:" + strconv.Itoa(int(9000+nonce)),
-		Header: lease.Header{Nonce: nonce, Seq: 1}})
+		Header: lease.Header{Nonce: nonce, Seq: 1}}, false)
 	req.LeaseDurationMs = time.Minute.Milliseconds()
 	if err := st.Send(req); err != nil {
 		t.Fatal(err)

@@ -227,7 +227,17 @@ type LeaseRequest struct {
 	Handover bool `protobuf:"varint,12,opt,name=handover,proto3" json:"handover,omitempty"`
 	// The owner's load now, for the leader's balancing policy (soft state,
 	// never committed). Absent: no report. See LoadReport.
-	Load          *LoadReport `protobuf:"bytes,10,opt,name=load,proto3" json:"load,omitempty"`
+	Load *LoadReport `protobuf:"bytes,10,opt,name=load,proto3" json:"load,omitempty"`
+	// held, packed: three numbers a lease (range start, range end,
+	// generation), in place of held. A renewal lists every lease the owner
+	// holds, every T/4: packed, it is one slice to decode instead of two
+	// messages a lease. An owner sends it only on a stream whose manager
+	// said it reads it (LeaseResponse.packed): a manager that ignored it
+	// would take an empty held for a release. At most one of held and
+	// held_packed is set.
+	HeldPacked []uint64 `protobuf:"fixed64,13,rep,packed,name=held_packed,json=heldPacked,proto3" json:"held_packed,omitempty"`
+	// The sender reads LeaseResponse's packed fields.
+	Packed        bool `protobuf:"varint,14,opt,name=packed,proto3" json:"packed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -344,6 +354,20 @@ func (x *LeaseRequest) GetLoad() *LoadReport {
 		return x.Load
 	}
 	return nil
+}
+
+func (x *LeaseRequest) GetHeldPacked() []uint64 {
+	if x != nil {
+		return x.HeldPacked
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetPacked() bool {
+	if x != nil {
+		return x.Packed
+	}
+	return false
 }
 
 // LoadReport is an owner's load: by default the request rate its guards
@@ -485,7 +509,15 @@ type LeaseResponse struct {
 	// Granted ranges to import from peer (the previous owner) before
 	// serving them: held, but not served until the import completes or its
 	// deadline passes.
-	MigrateIn     []*MigrationOrder `protobuf:"bytes,8,rep,name=migrate_in,json=migrateIn,proto3" json:"migrate_in,omitempty"`
+	MigrateIn []*MigrationOrder `protobuf:"bytes,8,rep,name=migrate_in,json=migrateIn,proto3" json:"migrate_in,omitempty"`
+	// renew and grant, packed as LeaseRequest.held_packed is, in their
+	// place. A manager sends them only to an owner whose request said it
+	// reads them (LeaseRequest.packed). At most one of renew and
+	// renew_packed is set, and of grant and grant_packed.
+	RenewPacked []uint64 `protobuf:"fixed64,9,rep,packed,name=renew_packed,json=renewPacked,proto3" json:"renew_packed,omitempty"`
+	GrantPacked []uint64 `protobuf:"fixed64,10,rep,packed,name=grant_packed,json=grantPacked,proto3" json:"grant_packed,omitempty"`
+	// The sender reads LeaseRequest.held_packed.
+	Packed        bool `protobuf:"varint,11,opt,name=packed,proto3" json:"packed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -574,6 +606,27 @@ func (x *LeaseResponse) GetMigrateIn() []*MigrationOrder {
 		return x.MigrateIn
 	}
 	return nil
+}
+
+func (x *LeaseResponse) GetRenewPacked() []uint64 {
+	if x != nil {
+		return x.RenewPacked
+	}
+	return nil
+}
+
+func (x *LeaseResponse) GetGrantPacked() []uint64 {
+	if x != nil {
+		return x.GrantPacked
+	}
+	return nil
+}
+
+func (x *LeaseResponse) GetPacked() bool {
+	if x != nil {
+		return x.Packed
+	}
+	return false
 }
 
 // MigrationOrder names the other side of the clean handoff of one range.
@@ -1012,7 +1065,7 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
 	"peer_nonce\x18\x03 \x01(\x06R\tpeerNonce\x12\x17\n" +
-	"\aack_seq\x18\x04 \x01(\x04R\x06ackSeq\"\xab\x03\n" +
+	"\aack_seq\x18\x04 \x01(\x04R\x06ackSeq\"\xe4\x03\n" +
 	"\fLeaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x12\n" +
@@ -1026,7 +1079,10 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\x0emigration_addr\x18\v \x01(\tR\rmigrationAddr\x12\x1a\n" +
 	"\bhandover\x18\f \x01(\bR\bhandover\x12'\n" +
 	"\x04load\x18\n" +
-	" \x01(\v2\x13.fuge.v1.LoadReportR\x04load\"[\n" +
+	" \x01(\v2\x13.fuge.v1.LoadReportR\x04load\x12\x1f\n" +
+	"\vheld_packed\x18\r \x03(\x06R\n" +
+	"heldPacked\x12\x16\n" +
+	"\x06packed\x18\x0e \x01(\bR\x06packed\"[\n" +
 	"\n" +
 	"LoadReport\x12\x12\n" +
 	"\x04rate\x18\x01 \x01(\x01R\x04rate\x12\x16\n" +
@@ -1034,7 +1090,7 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\x03hot\x18\x03 \x03(\v2\x0f.fuge.v1.HotKeyR\x03hot\"0\n" +
 	"\x06HotKey\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\x06R\x04hash\x12\x12\n" +
-	"\x04rate\x18\x02 \x01(\x01R\x04rate\"\xd1\x02\n" +
+	"\x04rate\x18\x02 \x01(\x01R\x04rate\"\xaf\x03\n" +
 	"\rLeaseResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12'\n" +
@@ -1045,7 +1101,11 @@ const file_fuge_v1_fuge_proto_rawDesc = "" +
 	"\vmigrate_out\x18\a \x03(\v2\x17.fuge.v1.MigrationOrderR\n" +
 	"migrateOut\x126\n" +
 	"\n" +
-	"migrate_in\x18\b \x03(\v2\x17.fuge.v1.MigrationOrderR\tmigrateIn\"y\n" +
+	"migrate_in\x18\b \x03(\v2\x17.fuge.v1.MigrationOrderR\tmigrateIn\x12!\n" +
+	"\frenew_packed\x18\t \x03(\x06R\vrenewPacked\x12!\n" +
+	"\fgrant_packed\x18\n" +
+	" \x03(\x06R\vgrantPacked\x12\x16\n" +
+	"\x06packed\x18\v \x01(\bR\x06packed\"y\n" +
 	"\x0eMigrationOrder\x12$\n" +
 	"\x05range\x18\x01 \x01(\v2\x0e.fuge.v1.RangeR\x05range\x12\x10\n" +
 	"\x03gen\x18\x02 \x01(\x04R\x03gen\x12\x12\n" +

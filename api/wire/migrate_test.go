@@ -17,13 +17,13 @@ func TestMigrationRoundTrip(t *testing.T) {
 	req := lease.LeaseRequest{Namespace: "ns", Owner: "a", Addr: "h:1", Header: lease.Header{Nonce: 1, Seq: 1},
 		Held: []lease.Lease{}, Refused: []lease.Lease{},
 		Migrated: []ring.Range{{Start: 1, End: 2}}, MigrationAddr: "127.0.0.1:9", Handover: true}
-	if got, err := RequestFrom(Request(req)); err != nil || !reflect.DeepEqual(got, req) {
+	if got, err := RequestFrom(Request(req, false)); err != nil || !reflect.DeepEqual(got, req) {
 		t.Fatalf("request round trip: %+v, %v", got, err)
 	}
 	m := lease.Migration{Range: ring.Range{Start: 5, End: 9}, Gen: 4, Peer: "b", PeerAddr: "127.0.0.1:7"}
 	resp := lease.LeaseResponse{Namespace: "ns", Owner: "a", Header: lease.Header{Nonce: 1, Seq: 2},
 		MigrateOut: []lease.Migration{m}, MigrateIn: []lease.Migration{m, m}}
-	got, err := ResponseFrom(Response(resp))
+	got, err := ResponseFrom(Response(resp, false))
 	if err != nil || !reflect.DeepEqual(got.MigrateOut, resp.MigrateOut) || !reflect.DeepEqual(got.MigrateIn, resp.MigrateIn) {
 		t.Fatalf("response round trip: %+v, %v", got, err)
 	}
@@ -37,7 +37,7 @@ func TestMigrationRoundTrip(t *testing.T) {
 // error that names it.
 func TestMigrationMalformed(t *testing.T) {
 	good := Response(lease.LeaseResponse{Namespace: "ns", Owner: "a", Header: lease.Header{Nonce: 1, Seq: 2},
-		MigrateOut: []lease.Migration{{Range: ring.Range{Start: 5, End: 9}, Gen: 4, Peer: "b", PeerAddr: "127.0.0.1:7"}}})
+		MigrateOut: []lease.Migration{{Range: ring.Range{Start: 5, End: 9}, Gen: 4, Peer: "b", PeerAddr: "127.0.0.1:7"}}}, false)
 	for name, tc := range map[string]struct {
 		mut  func(*fugev1.LeaseResponse)
 		want string
@@ -58,7 +58,7 @@ func TestMigrationMalformed(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrMalformed naming %q", name, err, tc.want)
 		}
 	}
-	req := Request(lease.LeaseRequest{Namespace: "ns", Owner: "a", Header: lease.Header{Nonce: 1, Seq: 1}})
+	req := Request(lease.LeaseRequest{Namespace: "ns", Owner: "a", Header: lease.Header{Nonce: 1, Seq: 1}}, false)
 	req.MigrationAddr = "not an address"
 	if _, err := RequestFrom(req); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "migration_addr") {
 		t.Errorf("bad migration_addr: %v", err)

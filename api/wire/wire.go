@@ -63,6 +63,52 @@ func LeasesFrom(ls []*fugev1.Lease) ([]lease.Lease, error) {
 	return out, nil
 }
 
+// LeasesPacked converts leases to the wire's packed form: start, end and
+// generation of each, in order.
+func LeasesPacked(ls []lease.Lease) []uint64 {
+	if len(ls) == 0 {
+		return nil
+	}
+	out := make([]uint64, 0, 3*len(ls))
+	for _, l := range ls {
+		out = append(out, l.Range.Start, l.Range.End, uint64(l.Gen))
+	}
+	return out
+}
+
+// LeasesFromPacked converts leases from the wire's packed form, with the
+// checks of LeasesFrom.
+func LeasesFromPacked(xs []uint64) ([]lease.Lease, error) {
+	if len(xs)%3 != 0 {
+		return nil, fmt.Errorf("%w: %d packed numbers, not three a lease", ErrMalformed, len(xs))
+	}
+	n := len(xs) / 3
+	if n > MaxLeases {
+		return nil, fmt.Errorf("%w: %d leases, at most %d", ErrMalformed, n, MaxLeases)
+	}
+	out := make([]lease.Lease, n)
+	for i := range out {
+		x := xs[3*i : 3*i+3 : 3*i+3]
+		if x[2] == 0 {
+			return nil, fmt.Errorf("%w: lease %v has generation 0", ErrMalformed, ring.Range{Start: x[0], End: x[1]})
+		}
+		out[i] = lease.Lease{Range: ring.Range{Start: x[0], End: x[1]}, Gen: lease.Gen(x[2])}
+	}
+	return out, nil
+}
+
+// leasesFromEither converts the leases of a field that may come in either
+// form; a message carrying both is malformed.
+func leasesFromEither(what string, ls []*fugev1.Lease, packed []uint64) ([]lease.Lease, error) {
+	if len(packed) == 0 {
+		return LeasesFrom(ls)
+	}
+	if len(ls) > 0 {
+		return nil, fmt.Errorf("%w: both %s and %s_packed are set", ErrMalformed, what, what)
+	}
+	return LeasesFromPacked(packed)
+}
+
 func header(h lease.Header) *fugev1.Header {
 	return &fugev1.Header{Nonce: h.Nonce, Seq: h.Seq, PeerNonce: h.PeerNonce, AckSeq: h.AckSeq}
 }
@@ -77,12 +123,20 @@ func headerFrom(h *fugev1.Header) (lease.Header, error) {
 	return lease.Header{Nonce: h.Nonce, Seq: h.Seq, PeerNonce: h.PeerNonce, AckSeq: h.AckSeq}, nil
 }
 
-// Request converts a lease request to the wire.
-func Request(r lease.LeaseRequest) *fugev1.LeaseRequest {
+// Request converts a lease request to the wire; packed sends the held
+// leases packed (only to a manager that said it reads them). The request
+// says that its sender reads packed responses, as ResponseFrom does.
+func Request(r lease.LeaseRequest, packed bool) *fugev1.LeaseRequest {
 	out := &fugev1.LeaseRequest{
 		Namespace: r.Namespace, Owner: r.Owner, Addr: r.Addr,
-		Header: header(r.Header), Held: Leases(r.Held), Refused: Leases(r.Refused),
+		Header: header(r.Header), Refused: Leases(r.Refused),
 		Leaving: r.Leaving, MigrationAddr: r.MigrationAddr, Handover: r.Handover,
+		Packed: true,
+	}
+	if packed {
+		out.HeldPacked = LeasesPacked(r.Held)
+	} else {
+		out.Held = Leases(r.Held)
 	}
 	for _, m := range r.Migrated {
 		out.Migrated = append(out.Migrated, Range(m))
@@ -129,7 +183,7 @@ func RequestFrom(r *fugev1.LeaseRequest) (lease.LeaseRequest, error) {
 	if err != nil {
 		return lease.LeaseRequest{}, err
 	}
-	held, err := LeasesFrom(r.Held)
+	held, err := leasesFromEither("held", r.Held, r.HeldPacked)
 	if err != nil {
 		return lease.LeaseRequest{}, err
 	}
@@ -163,13 +217,23 @@ func RequestFrom(r *fugev1.LeaseRequest) (lease.LeaseRequest, error) {
 	return out, nil
 }
 
-// Response converts a lease response to the wire.
-func Response(r lease.LeaseResponse) *fugev1.LeaseResponse {
-	return &fugev1.LeaseResponse{
+// Response converts a lease response to the wire; packed sends the
+// renewed and granted leases packed (only to an owner that said it reads
+// them). The response says that its sender reads packed requests, as
+// RequestFrom does.
+func Response(r lease.LeaseResponse, packed bool) *fugev1.LeaseResponse {
+	out := &fugev1.LeaseResponse{
 		Namespace: r.Namespace, Owner: r.Owner, Header: header(r.Header),
-		Renew: Leases(r.Renew), Grant: Leases(r.Grant), RoutingHeader: r.RoutingHeader,
-		MigrateOut: migrations(r.MigrateOut), MigrateIn: migrations(r.MigrateIn),
+		RoutingHeader: r.RoutingHeader,
+		MigrateOut:    migrations(r.MigrateOut), MigrateIn: migrations(r.MigrateIn),
+		Packed: true,
 	}
+	if packed {
+		out.RenewPacked, out.GrantPacked = LeasesPacked(r.Renew), LeasesPacked(r.Grant)
+	} else {
+		out.Renew, out.Grant = Leases(r.Renew), Leases(r.Grant)
+	}
+	return out
 }
 
 func migrations(ms []lease.Migration) []*fugev1.MigrationOrder {
@@ -221,11 +285,11 @@ func ResponseFrom(r *fugev1.LeaseResponse) (lease.LeaseResponse, error) {
 	if err != nil {
 		return lease.LeaseResponse{}, err
 	}
-	renew, err := LeasesFrom(r.Renew)
+	renew, err := leasesFromEither("renew", r.Renew, r.RenewPacked)
 	if err != nil {
 		return lease.LeaseResponse{}, err
 	}
-	grant, err := LeasesFrom(r.Grant)
+	grant, err := leasesFromEither("grant", r.Grant, r.GrantPacked)
 	if err != nil {
 		return lease.LeaseResponse{}, err
 	}
