@@ -66,7 +66,7 @@ func (b *bench) startPresence(pp *presencePool, i int) error {
 	if pp.leased {
 		pp.cur[i], err = b.ps.start(pp.names[i], clientCPU, nil, filepath.Join(b.bin, "presence-server"),
 			"--name", pp.names[i], "--listen", pp.addrs[i], "--managers", b.mgrGRPC, "--namespace", nsPresence,
-			"--lease-duration", leaseT.String(), "--history", hist, "--tls-dir", b.certs)
+			"--lease-duration", churnT.String(), "--history", hist, "--tls-dir", b.certs)
 	} else {
 		self, _ := os.Executable()
 		pp.cur[i], err = b.ps.start(pp.names[i], clientCPU, nil, self, "presence",

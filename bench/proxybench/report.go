@@ -36,8 +36,8 @@ type report struct {
 
 func newReport(cfg config, pinned bool) *report {
 	r := &report{Date: time.Now().Format("2006-01-02 15:04 MST"), Quick: cfg.quick, Pinned: pinned, Env: map[string]string{}, cfg: cfg}
-	r.Config = fmt.Sprintf("pairs wanted %d (the other targets in the first %d rounds), wrk warm-up %v then %v per run, latency %d rounds of %v runs, churn %v per balancer (a restart every %v, down %v), ring move %v + %v, quiet wait up to %v",
-		cfg.rounds, cfg.otherRounds, cfg.warm, cfg.run, cfg.latRounds, cfg.latDur, cfg.churnDur, cfg.churnEvery, cfg.churnDown, cfg.moveSteady, cfg.moveAfter, cfg.quietMax)
+	r.Config = fmt.Sprintf("pairs wanted %d (the other targets in the first %d rounds), wrk warm-up %v then %v per run, latency %d rounds of %v runs, churn %v per balancer (a restart every %v, down %v), ring move %v + %v, quiet wait up to %v, lease duration %v (fuge-manager's default; %v in the churn section's namespace)",
+		cfg.rounds, cfg.otherRounds, cfg.warm, cfg.run, cfg.latRounds, cfg.latDur, cfg.churnDur, cfg.churnEvery, cfg.churnDown, cfg.moveSteady, cfg.moveAfter, cfg.quietMax, poolT, churnT)
 	sh := func(k string, args ...string) {
 		out, _ := exec.Command(args[0], args[1:]...).CombinedOutput()
 		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
@@ -219,7 +219,7 @@ func (r *report) markdown() string {
 	p("\n![latency percentiles](latency.png)\n\n")
 
 	p("## 3. The cost of inconsistency under churn\n\nThe presence example behind each balancer; every %v the first of its three servers restarts: SIGTERM (presence-server then leaves its leases cleanly), down for %v, started again at the same address, empty. %d clients each own %d of %d devices and write (PUT) or read (GET) one of them every 5 ms. Behind fuge-proxy the servers are presence-server (leases T = %v, ownerguard); behind HAProxy and nginx they are the same presence service with no lease (every server takes every key), health-checked every 250 ms, a failed connection retried on another server. Counted, never asserted:\n\n",
-		r.cfg.churnEvery, r.cfg.churnDown, churnClients, churnDevices/churnClients, churnDevices, leaseT)
+		r.cfg.churnEvery, r.cfg.churnDown, churnClients, churnDevices/churnClients, churnDevices, churnT)
 	p("- **stale read**: a read returning a value older than the client's last acknowledged write of the device (from the clients' records);\n- **split-brain write**: a write a server accepted while another server's interval of accepted writes for the same device (first to last, per process incarnation and generation) was open (from the servers' history files, CLOCK_MONOTONIC);\n- lost read: a 404 after an acknowledged write (the server holding the device restarted empty; the presence client republishes on a loss notification, which these clients do not listen to); not an inconsistency;\n- failed: a call answered with neither 2xx nor 404, or not at all.\n\n")
 	p("| balancer | servers | seconds | restarts | writes (acknowledged) | reads (answered) | stale reads | split-brain writes (devices) | lost reads | failed calls |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range r.Churn {
