@@ -88,6 +88,13 @@ func dialConn(t testing.TB, addr string) *grpc.ClientConn {
 // exchange sends an owner request on stream and returns the response.
 func exchange(t testing.TB, stream fugev1.OwnerService_LeaseClient, m *fugev1.LeaseRequest) lease.LeaseResponse {
 	t.Helper()
+	_, r := exchangeRaw(t, stream, m)
+	return r
+}
+
+// exchangeRaw is exchange, returning the response as it came too.
+func exchangeRaw(t testing.TB, stream fugev1.OwnerService_LeaseClient, m *fugev1.LeaseRequest) (*fugev1.LeaseResponse, lease.LeaseResponse) {
+	t.Helper()
 	if err := stream.Send(m); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +106,7 @@ func exchange(t testing.TB, stream fugev1.OwnerService_LeaseClient, m *fugev1.Le
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r
+	return resp, r
 }
 
 // hello is a session's first request, with the test nodes' lease duration.
@@ -184,17 +191,7 @@ func TestSingleNodePacksLeasesOnlyForOwnersThatReadThem(t *testing.T) {
 		send := func(m *fugev1.LeaseRequest) (*fugev1.LeaseResponse, lease.LeaseResponse) {
 			t.Helper()
 			m.Packed = packed
-			if err := stream.Send(m); err != nil {
-				t.Fatal(err)
-			}
-			raw, err := stream.Recv()
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := wire.ResponseFrom(raw)
-			if err != nil {
-				t.Fatal(err)
-			}
+			raw, r := exchangeRaw(t, stream, m)
 			if !raw.Packed {
 				t.Errorf("%s: the response does not say the manager reads packed leases", ns)
 			}

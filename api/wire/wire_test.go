@@ -13,6 +13,20 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// reencode returns m after a trip through its wire encoding.
+func reencode[M proto.Message](t *testing.T, m M) M {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := m.ProtoReflect().New().Interface().(M)
+	if err := proto.Unmarshal(b, back); err != nil {
+		t.Fatal(err)
+	}
+	return back
+}
+
 func TestRoundTrip(t *testing.T) {
 	req := lease.LeaseRequest{
 		Namespace: "ns", Owner: "a", Addr: "127.0.0.1:1",
@@ -24,15 +38,7 @@ func TestRoundTrip(t *testing.T) {
 			Hot: []lease.HotKey{{Hash: 0xfedcba9876543210, Rate: 10}, {Hash: 3, Rate: 0.5}}},
 	}
 	req.Load.Groups[3] = 12.5
-	b, err := proto.Marshal(Request(req, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pb fugev1.LeaseRequest
-	if err := proto.Unmarshal(b, &pb); err != nil {
-		t.Fatal(err)
-	}
-	got, err := RequestFrom(&pb)
+	got, err := RequestFrom(reencode(t, Request(req, false)))
 	if err != nil || !reflect.DeepEqual(got, req) {
 		t.Fatalf("request round trip: %+v, %v", got, err)
 	}
@@ -141,15 +147,7 @@ func TestPackedRoundTrip(t *testing.T) {
 		if got := len(pb.Held) > 0; got == packed {
 			t.Errorf("packed %v: held set %v", packed, got)
 		}
-		b, err := proto.Marshal(pb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var back fugev1.LeaseRequest
-		if err := proto.Unmarshal(b, &back); err != nil {
-			t.Fatal(err)
-		}
-		if got, err := RequestFrom(&back); err != nil || !reflect.DeepEqual(got, req) {
+		if got, err := RequestFrom(reencode(t, pb)); err != nil || !reflect.DeepEqual(got, req) {
 			t.Errorf("packed %v: request round trip %+v, %v", packed, got, err)
 		}
 	}
@@ -163,15 +161,7 @@ func TestPackedRoundTrip(t *testing.T) {
 		if got := len(pb.RenewPacked) == 6 && len(pb.GrantPacked) == 3; got != packed {
 			t.Errorf("packed %v: renew_packed %d, grant_packed %d numbers", packed, len(pb.RenewPacked), len(pb.GrantPacked))
 		}
-		b, err := proto.Marshal(pb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var back fugev1.LeaseResponse
-		if err := proto.Unmarshal(b, &back); err != nil {
-			t.Fatal(err)
-		}
-		got, err := ResponseFrom(&back)
+		got, err := ResponseFrom(reencode(t, pb))
 		if err != nil || !reflect.DeepEqual(got.Renew, resp.Renew) || !reflect.DeepEqual(got.Grant, resp.Grant) {
 			t.Errorf("packed %v: response round trip %+v, %v", packed, got, err)
 		}
