@@ -146,8 +146,8 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 	case p.stalled > 0 && !above:
 		return nil
 	case p.stalled > 0 || (!p.active && ratio > fitStart):
-		p.stalled, p.best, p.noProgress, p.prepRounds, p.renewed = 0, ratio, 0, 0, false
-		p.gave, p.took = map[string]bool{}, map[string]bool{}
+		p.stalled, p.best, p.noProgress, p.renewed = 0, ratio, 0, false
+		p.beginEpisode()
 	case !p.active:
 		return nil
 	case ratio <= fitStop:
@@ -169,7 +169,8 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 		}
 	}
 	p.active = true
-	plan := newFitPlan(in, min(fitHorizon*in.MaxMoves, in.Ring.Len()))
+	horizon := min(fitHorizon*in.MaxMoves, in.Ring.Len())
+	plan := newFitPlan(in, horizon)
 	rd := plan.run(in.MaxMoves, p.gave, p.took, p.prepRounds < fitMaxPrep)
 	if prevPrep && !p.renewed && !rd.promises(plan) {
 		// The relay the last round prepared cannot be finished on this
@@ -179,10 +180,10 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 		// it, no better than before. Begin the episode again, once, from
 		// the ring as it is now: two episodes still move at most 2R
 		// virtual nodes, and the second one settles like any other.
-		p.renewed, p.prepRounds = true, 0
-		p.gave, p.took = map[string]bool{}, map[string]bool{}
-		plan = newFitPlan(in, min(fitHorizon*in.MaxMoves, in.Ring.Len()))
-		rd = plan.run(in.MaxMoves, p.gave, p.took, true)
+		p.renewed = true
+		p.beginEpisode()
+		plan = newFitPlan(in, horizon) // run applied the first plan's moves to its model
+		rd = plan.run(in.MaxMoves, p.gave, p.took, p.prepRounds < fitMaxPrep)
 	}
 	if !rd.promises(plan) {
 		// Nothing the model can promise: settle here.
@@ -199,6 +200,12 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 	}
 	p.moved = true
 	return moves
+}
+
+// beginEpisode forgets who gave and who took, and the relays prepared.
+func (p *fitPolicy) beginEpisode() {
+	p.prepRounds = 0
+	p.gave, p.took = map[string]bool{}, map[string]bool{}
 }
 
 // promises reports whether the round is worth making on plan's model: it

@@ -152,7 +152,7 @@ func (s *session) request(st *stream, r lease.LeaseRequest) *fugev1.LeaseRequest
 	if !r.Leaving {
 		r.Load = s.o.loadReport(s.now())
 	}
-	req := wire.Request(r, st.packed)
+	req := wire.Request(r, st.packed.Load())
 	req.LeaseDurationMs = s.cfg.LeaseDuration.Milliseconds() // the manager checks it matches
 	return req
 }
@@ -246,9 +246,6 @@ func (s *session) handle(e event) {
 	}
 	now := s.now()
 	s.waitSince = time.Time{}
-	if e.resp.Packed {
-		s.cur.packed = true
-	}
 	resp, err := wire.ResponseFrom(e.resp)
 	if err != nil {
 		s.o.malformed.Add(1)
@@ -423,9 +420,6 @@ func (s *session) awaitAnswer(st *stream, timeout <-chan struct{}) *stream {
 			}
 			if e.resp == nil {
 				return nil // the stream ended: nobody to tell
-			}
-			if e.resp.Packed {
-				st.packed = true
 			}
 			resp, err := wire.ResponseFrom(e.resp)
 			if err != nil {

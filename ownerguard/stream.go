@@ -3,6 +3,7 @@ package ownerguard
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 
@@ -34,9 +35,10 @@ type stream struct {
 	closing bool                 // half-close after writing next
 	wake    chan struct{}
 
-	// packed: the manager at the other end said it reads packed leases,
-	// so requests may carry them. Only the session's goroutine uses it.
-	packed bool
+	// packed: the manager at the other end said it reads packed leases
+	// (set by run before it reports the response that said so), so
+	// requests may carry them.
+	packed atomic.Bool
 }
 
 func newStream(parent context.Context, addr string) *stream {
@@ -93,6 +95,9 @@ func (st *stream) run(conn *grpc.ClientConn, events chan<- event, o *Owner, opts
 			return
 		}
 		o.responses.Add(1)
+		if resp.Packed {
+			st.packed.Store(true)
+		}
 		if t := o.waiting.Swap(0); t != 0 {
 			o.lastWait.Store(o.nowNano() - t)
 		}
