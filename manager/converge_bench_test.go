@@ -29,6 +29,11 @@ type cluster struct {
 	queue  []func()
 	// commits are the manager's commits with changes, in order.
 	commits []manager.Commit
+	// onStep, if set, runs after every delivery.
+	onStep func()
+	// inManager is the time spent in the manager's Request, the leader's
+	// share of the work (reported by BenchmarkRequest as manager-ns/op).
+	inManager time.Duration
 }
 
 const benchNS = "bench"
@@ -79,7 +84,9 @@ func (c *cluster) ownerOut(out ownerguard.Output) {
 	}
 	req := *out.Send
 	c.queue = append(c.queue, func() {
+		t0 := time.Now()
 		mo, err := c.m.Request(req, c.now)
+		c.inManager += time.Since(t0)
 		if err != nil {
 			c.tb.Fatal(err)
 		}
@@ -155,6 +162,9 @@ func (c *cluster) run(limit time.Duration) time.Duration {
 			f := c.queue[0]
 			c.queue = c.queue[1:]
 			f()
+			if c.onStep != nil {
+				c.onStep()
+			}
 		}
 		if c.converged() {
 			return c.now.Sub(start)

@@ -113,31 +113,33 @@ func (n *namespace) grantArc(a arc, want string, g lease.Gen) arc {
 	return arc{holder: want, gen: g, st: Granted}
 }
 
-// migrationOrders lists s's migration orders: its Recalling arcs recalled
-// as a migration (export to the new owner) and its granted, not yet
-// confirmed imports (fetch from the old owner). Adjacent ranges with the
-// same peer and generation are merged.
-func (n *namespace) migrationOrders(s *session) (out, in []lease.Migration) {
-	n.arcsOf(s, func(i int) {
-		a := n.table.Value(i)
-		r, _ := n.table.At(i)
-		switch {
-		case a.st == Recalling && a.to != "" && !a.orphan:
-			if p := n.sessions[a.to]; p != nil && p.migAddr != "" {
-				out = appendMigration(out, lease.Migration{Range: r, Gen: a.gen, Peer: a.to, PeerAddr: p.migAddr})
-			}
-		case a.st == Granted && !a.confirmed && a.clean && a.src != "":
-			// Always an order, even once src's session is gone: without one
-			// the holder would serve, at once and without the state, a
-			// range lookups see as migrated.
-			addr := a.srcAddr
-			if p := n.sessions[a.src]; p != nil && p.migAddr != "" {
-				addr = p.migAddr
-			}
-			in = appendMigration(in, lease.Migration{Range: r, Gen: a.gen, Peer: a.src, PeerAddr: addr})
+// migrationOrder adds arc i of s to s's migration orders out and in, if it
+// is one: a Recalling arc recalled as a migration (export to the new
+// owner) or a granted, not yet confirmed import (fetch from the old
+// owner). Called for s's arcs in ring order (arcsOf), adjacent ranges with
+// the same peer and generation merge; closeMigrations finishes the lists.
+// message calls it in the same walk of s's arcs as its leases, one walk
+// where two cost a large pool's leader a binary search per arc twice.
+func (n *namespace) migrationOrder(i int, out, in []lease.Migration) ([]lease.Migration, []lease.Migration) {
+	a := n.table.Value(i)
+	switch {
+	case a.st == Recalling && a.to != "" && !a.orphan:
+		if p := n.sessions[a.to]; p != nil && p.migAddr != "" {
+			r, _ := n.table.At(i)
+			out = appendMigration(out, lease.Migration{Range: r, Gen: a.gen, Peer: a.to, PeerAddr: p.migAddr})
 		}
-	})
-	return closeMigrations(out), closeMigrations(in)
+	case a.st == Granted && !a.confirmed && a.clean && a.src != "":
+		// Always an order, even once src's session is gone: without one
+		// the holder would serve, at once and without the state, a
+		// range lookups see as migrated.
+		addr := a.srcAddr
+		if p := n.sessions[a.src]; p != nil && p.migAddr != "" {
+			addr = p.migAddr
+		}
+		r, _ := n.table.At(i)
+		in = appendMigration(in, lease.Migration{Range: r, Gen: a.gen, Peer: a.src, PeerAddr: addr})
+	}
+	return out, in
 }
 
 func appendMigration(ms []lease.Migration, m lease.Migration) []lease.Migration {

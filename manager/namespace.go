@@ -109,6 +109,9 @@ type session struct {
 	renew, grant []lease.Lease
 	out, in      []lease.Migration // migration orders (migrate.go)
 	msgVersion   uint64
+	// msgRecalling counts the arcs of s that were in neither list when the
+	// cache was built (Recalling ones): confirmsMessage needs none.
+	msgRecalling int
 	// load is its latest load report (balance.go); nil until one.
 	load *ownerLoad
 
@@ -542,6 +545,9 @@ func (n *namespace) applyHeld(s *session, req lease.LeaseRequest) {
 	if len(req.Migrated) == 0 && s.heldVersion == s.version && s.lastHeld != nil && sameLeases(req.Held, s.lastHeld) {
 		return
 	}
+	if n.confirmsMessage(s, req) {
+		return
+	}
 	arcs := n.table.Len()
 	defer func() { n.split = n.split || n.table.Len() != arcs }()
 	// Cut the table at the held and migrated ranges' ends, so that each of
@@ -586,6 +592,67 @@ func (n *namespace) applyHeld(s *session, req lease.LeaseRequest) {
 		n.changed = true
 	})
 	s.lastHeld, s.heldVersion = req.Held, s.version
+}
+
+// confirmsMessage applies, in O(held ranges + granted arcs), the common
+// answer to a grant: a request that lists exactly the leases of the latest
+// message to s (its renewals and its grants), nothing of s having changed
+// since that message was written, and s holding no arc but those (none
+// recalled). The general walk would find every arc listed under its own
+// generation and confirm it; here only the grants' arcs are visited, and
+// the message cache is brought forward instead of rebuilt: what were
+// grants are renewals now, and no migration order is left (an import is
+// confirmed when listed). At R = 65536, where an owner of 500 holds about
+// 131 arcs, the walk and the rebuild took a binary search per arc each,
+// and the hundreds of confirmations after a join or a leave queued behind
+// them on the leader's loop. It reports false, having changed nothing,
+// where any of that does not hold.
+func (n *namespace) confirmsMessage(s *session, req lease.LeaseRequest) bool {
+	if len(req.Migrated) > 0 || req.Leaving || s.msgVersion != s.version+1 || s.msgRecalling != 0 ||
+		len(s.grant) == 0 || len(req.Held) > len(s.renew)+len(s.grant) {
+		return false
+	}
+	union := make([]lease.Lease, 0, len(s.renew)+len(s.grant))
+	union = canonLeases(append(append(union, s.renew...), s.grant...))
+	if !sameLeases(req.Held, union) {
+		return false
+	}
+	var idx []int
+	for _, l := range s.grant {
+		ok := true
+		n.indicesIn(l.Range, func(i int) {
+			r, a := n.table.At(i)
+			if ok && (a.holder != s.name || a.st != Granted || a.orphan || a.confirmed || a.gen != l.Gen || !within(r, l.Range)) {
+				ok = false
+			}
+			idx = append(idx, i)
+		})
+		if !ok {
+			return false
+		}
+	}
+	for _, i := range idx {
+		a := n.table.Value(i)
+		a.confirmed = true
+		n.set(i, a)
+	}
+	s.lastHeld, s.heldVersion = req.Held, s.version
+	s.renew, s.grant, s.out, s.in = union, nil, nil, nil
+	s.msgVersion = s.version + 1
+	n.m.stats.FastConfirms++
+	return true
+}
+
+// within reports whether arc r lies inside l (both half-open, (Start, End]).
+func within(r, l ring.Range) bool {
+	if l.IsFull() {
+		return true
+	}
+	if r.IsFull() {
+		return false
+	}
+	a, b := r.Start-l.Start, r.End-l.Start
+	return a < b && b <= l.End-l.Start
 }
 
 // byEnd returns ls sorted by the end of their ranges (a copy if needed).

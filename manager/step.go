@@ -510,9 +510,13 @@ func (n *namespace) message(s *session, now int64) lease.LeaseResponse {
 	}
 	if s.msgVersion != s.version+1 {
 		var renew, grant []lease.Lease
+		var out, in []lease.Migration
+		others := 0
 		n.arcsOf(s, func(i int) {
+			out, in = n.migrationOrder(i, out, in)
 			a := n.table.Value(i)
 			if a.st != Granted {
+				others++
 				return
 			}
 			r, _ := n.table.At(i)
@@ -523,7 +527,8 @@ func (n *namespace) message(s *session, now int64) lease.LeaseResponse {
 			}
 		})
 		s.renew, s.grant = canonLeases(renew), canonLeases(grant)
-		s.out, s.in = n.migrationOrders(s)
+		s.out, s.in = closeMigrations(out), closeMigrations(in)
+		s.msgRecalling = others
 		s.msgVersion = s.version + 1
 	}
 	if len(s.renew)+len(s.grant) > 0 {
