@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fuge-project/fuge/lease"
+	"github.com/fuge-project/fuge/ring"
 )
 
 // maxAdminBody bounds an admin request body.
@@ -475,21 +476,26 @@ func (s *Server) getRing(w http.ResponseWriter, r *http.Request, l *leaderState)
 		RingSize  int     `json:"ring_size"`
 		Entries   []entry `json:"entries"`
 	}{Namespace: ns, Entries: []entry{}}
+	// The ring is immutable: the loop hands it over, and its entries are
+	// listed off the loop (formatting 65,536 of them held the leader's
+	// loop, and every owner's request behind it, for tens of ms).
+	var rg *ring.Ring
 	err := l.do(func() error {
-		rg, err := l.core.DesiredRing(ns)
-		if err != nil {
+		var err error
+		if rg, err = l.core.DesiredRing(ns); err != nil {
 			return err
 		}
 		n, _ := l.core.namespace(ns)
 		out.RingSize = n.cfg.RingSize
-		for p, e := range rg.Entries() {
-			out.Entries = append(out.Entries, entry{Position: hex16(e.Hash), Owner: rg.OwnerName(p), Index: int(e.Index)})
-		}
 		return nil
 	})
 	if err != nil {
 		writeErr(w, err)
 		return
+	}
+	out.Entries = make([]entry, 0, rg.Len())
+	for p, e := range rg.Entries() {
+		out.Entries = append(out.Entries, entry{Position: hex16(e.Hash), Owner: rg.OwnerName(p), Index: int(e.Index)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -508,21 +514,25 @@ func (s *Server) getLeases(w http.ResponseWriter, r *http.Request, l *leaderStat
 		Namespace string    `json:"namespace"`
 		Arcs      []arcJSON `json:"arcs"`
 	}{Namespace: ns, Arcs: []arcJSON{}}
+	// Read on the loop, formatted off it.
+	var arcs []ArcInfo
 	err := l.do(func() error {
-		arcs, err := l.core.Leases(ns)
-		for _, a := range arcs {
-			exp := ""
-			if !a.Expiry.IsZero() {
-				exp = a.Expiry.UTC().Format(time.RFC3339Nano)
-			}
-			out.Arcs = append(out.Arcs, arcJSON{Start: hex16(a.Range.Start), End: hex16(a.Range.End), Owner: a.Owner,
-				Generation: uint64(a.Gen), State: a.State.String(), ExpiresAt: exp})
-		}
+		var err error
+		arcs, err = l.core.Leases(ns)
 		return err
 	})
 	if err != nil {
 		writeErr(w, err)
 		return
+	}
+	out.Arcs = make([]arcJSON, 0, len(arcs))
+	for _, a := range arcs {
+		exp := ""
+		if !a.Expiry.IsZero() {
+			exp = a.Expiry.UTC().Format(time.RFC3339Nano)
+		}
+		out.Arcs = append(out.Arcs, arcJSON{Start: hex16(a.Range.Start), End: hex16(a.Range.End), Owner: a.Owner,
+			Generation: uint64(a.Gen), State: a.State.String(), ExpiresAt: exp})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -600,21 +610,26 @@ func (s *Server) getView(w http.ResponseWriter, r *http.Request, l *leaderState)
 		LSN       uint64      `json:"lsn"`
 		Entries   []ViewEntry `json:"entries"`
 	}{Namespace: ns, Entries: []ViewEntry{}}
+	// A copy of the view is taken on the loop; it is listed and formatted
+	// off it.
+	var list func() []lease.Entry
 	err := l.do(func() error {
-		view, err := l.core.View(ns)
-		if err != nil {
+		var err error
+		if list, err = l.core.viewSnapshot(ns); err != nil {
 			return err
 		}
 		out.LSN, _ = l.core.LSN(ns)
-		for _, e := range view {
-			out.Entries = append(out.Entries, ViewEntry{Start: hex16(e.Range.Start), End: hex16(e.Range.End),
-				Owner: e.Owner, Addr: e.Addr, Generation: uint64(e.Gen)})
-		}
 		return nil
 	})
 	if err != nil {
 		writeErr(w, err)
 		return
+	}
+	view := list()
+	out.Entries = make([]ViewEntry, 0, len(view))
+	for _, e := range view {
+		out.Entries = append(out.Entries, ViewEntry{Start: hex16(e.Range.Start), End: hex16(e.Range.End),
+			Owner: e.Owner, Addr: e.Addr, Generation: uint64(e.Gen)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -157,6 +157,33 @@ func granted(b *testing.B, l *leaderState) bool {
 	return ok
 }
 
+// pollAdmin reads the admin API's paths in turn, one request after
+// another, as an operator's script polling the whole table would, until the
+// function it returns is called. The reads' work done on the leader's loop
+// is what renewals wait behind.
+func pollAdmin(b *testing.B, s *Server, paths ...string) func() {
+	_, _, h := s.Addrs()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+h+paths[i%len(paths)], nil)
+			r, err := http.DefaultClient.Do(req)
+			if err != nil {
+				continue
+			}
+			if r.StatusCode != http.StatusOK && ctx.Err() == nil {
+				b.Errorf("GET %s: %s", paths[i%len(paths)], r.Status)
+			}
+			io.Copy(io.Discard, r.Body)
+			r.Body.Close()
+		}
+	}()
+	return func() { cancel(); wg.Wait() }
+}
+
 // page emulates an open dashboard, far busier than a real one: an event
 // stream read as it comes, the owners and the cluster polled every
 // pollEvery (a page: every 5 s) and the whole snapshot loaded every
@@ -220,6 +247,9 @@ func page(b *testing.B, s *Server, pollEvery, reloadEvery time.Duration) func() 
 //   - renew/page: the same while a page is open, 50 times busier than a
 //     real one: its event stream subscribed, the owners and the cluster
 //     polled every 100 ms, and the whole snapshot reloaded every second;
+//   - renew/admin-reads: the same while a script reads the whole view,
+//     ring and lease table (GET .../view, .../ring, .../leases) one after
+//     another, without pause;
 //   - snapshot: one page load (GET /ui/api/snapshot's work: the lease
 //     table read on the loop, its JSON built off it);
 //   - snapshot-on-loop: the part of it that holds the leader's loop;
@@ -257,6 +287,11 @@ func BenchmarkDashboard(b *testing.B) {
 	b.Run("renew/idle", renew)
 	b.Run("renew/page", func(b *testing.B) {
 		stop := page(b, s, 100*time.Millisecond, time.Second)
+		defer stop()
+		renew(b)
+	})
+	b.Run("renew/admin-reads", func(b *testing.B) {
+		stop := pollAdmin(b, s, "/v1/namespaces/bench/view", "/v1/namespaces/bench/ring", "/v1/namespaces/bench/leases")
 		defer stop()
 		renew(b)
 	})

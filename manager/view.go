@@ -119,8 +119,23 @@ func (m *Manager) View(ns string) ([]lease.Entry, error) {
 	return n.entries(), nil
 }
 
-func (n *namespace) entries() []lease.Entry {
-	v := ring.Map(n.view, func(v viewVal) viewVal { v.clean = false; return v })
+// viewSnapshot copies the view of ns and returns a function that lists the
+// copy as View lists the view, which may run on any goroutine, at any time:
+// the admin API lists a view of 65,536 arcs off the leader's loop.
+func (m *Manager) viewSnapshot(ns string) (func() []lease.Entry, error) {
+	n, err := m.namespace(ns)
+	if err != nil {
+		return nil, err
+	}
+	v := n.view.Clone()
+	return func() []lease.Entry { return viewEntries(v) }, nil
+}
+
+func (n *namespace) entries() []lease.Entry { return viewEntries(n.view) }
+
+// viewEntries lists a view table (which it does not modify) as View does.
+func viewEntries(t *ring.Table[viewVal]) []lease.Entry {
+	v := ring.Map(t, func(v viewVal) viewVal { v.clean = false; return v })
 	v.Compact()
 	out := make([]lease.Entry, 0, v.Len())
 	v.Each(func(r ring.Range, x viewVal) {
