@@ -475,7 +475,7 @@ func (s *Server) getRing(w http.ResponseWriter, r *http.Request, l *leaderState)
 		Namespace string  `json:"namespace"`
 		RingSize  int     `json:"ring_size"`
 		Entries   []entry `json:"entries"`
-	}{Namespace: ns, Entries: []entry{}}
+	}{Namespace: ns}
 	// The ring is immutable: the loop hands it over, and its entries are
 	// listed off the loop (formatting 65,536 of them held the leader's
 	// loop, and every owner's request behind it, for tens of ms).
@@ -513,7 +513,7 @@ func (s *Server) getLeases(w http.ResponseWriter, r *http.Request, l *leaderStat
 	out := struct {
 		Namespace string    `json:"namespace"`
 		Arcs      []arcJSON `json:"arcs"`
-	}{Namespace: ns, Arcs: []arcJSON{}}
+	}{Namespace: ns}
 	// Read on the loop, formatted off it.
 	var arcs []ArcInfo
 	err := l.do(func() error {
@@ -609,7 +609,7 @@ func (s *Server) getView(w http.ResponseWriter, r *http.Request, l *leaderState)
 		Namespace string      `json:"namespace"`
 		LSN       uint64      `json:"lsn"`
 		Entries   []ViewEntry `json:"entries"`
-	}{Namespace: ns, Entries: []ViewEntry{}}
+	}{Namespace: ns}
 	// A copy of the view is taken on the loop; it is listed and formatted
 	// off it.
 	var list func() []lease.Entry

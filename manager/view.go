@@ -121,21 +121,26 @@ func (m *Manager) View(ns string) ([]lease.Entry, error) {
 
 // viewSnapshot copies the view of ns and returns a function that lists the
 // copy as View lists the view, which may run on any goroutine, at any time:
-// the admin API lists a view of 65,536 arcs off the leader's loop.
+// the admin API lists a view of 65,536 arcs off the leader's loop. The copy
+// is the one View makes anyway (without the clean marks lookups do not see).
 func (m *Manager) viewSnapshot(ns string) (func() []lease.Entry, error) {
 	n, err := m.namespace(ns)
 	if err != nil {
 		return nil, err
 	}
-	v := n.view.Clone()
-	return func() []lease.Entry { return viewEntries(v) }, nil
+	v := unmarked(n.view)
+	return func() []lease.Entry { return listView(v) }, nil
 }
 
-func (n *namespace) entries() []lease.Entry { return viewEntries(n.view) }
+func (n *namespace) entries() []lease.Entry { return listView(unmarked(n.view)) }
 
-// viewEntries lists a view table (which it does not modify) as View does.
-func viewEntries(t *ring.Table[viewVal]) []lease.Entry {
-	v := ring.Map(t, func(v viewVal) viewVal { v.clean = false; return v })
+// unmarked copies a view table without the clean marks.
+func unmarked(t *ring.Table[viewVal]) *ring.Table[viewVal] {
+	return ring.Map(t, func(v viewVal) viewVal { v.clean = false; return v })
+}
+
+// listView lists a view copy (unmarked), merging its equal neighbours.
+func listView(v *ring.Table[viewVal]) []lease.Entry {
 	v.Compact()
 	out := make([]lease.Entry, 0, v.Len())
 	v.Each(func(r ring.Range, x viewVal) {
