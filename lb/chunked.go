@@ -172,8 +172,18 @@ func spliceBlocks(table *chunked, bits uint32, blocks []uint32, arcsOf func(b ui
 			}
 			spliced = append(spliced, flat[pos:i]...)
 			start := out.n + len(spliced)
+			// Only the arcs that differ from the block's arcs before are
+			// changes: a block carries all its arcs (about 4) when one of
+			// them changed, and applying the others again changed nothing.
+			was := flat[i:j]
 			for _, e := range arcsOf(b) {
 				spliced = append(spliced, e)
+				for len(was) > 0 && was[0].Range.End < e.Range.End {
+					was = was[1:]
+				}
+				if len(was) > 0 && was[0] == e {
+					continue
+				}
 				changes = append(changes, lease.Change{Entry: e})
 			}
 			runs = append(runs, [2]int{start, out.n + len(spliced)})

@@ -49,7 +49,8 @@ func blocksOf(es []lease.Entry, bits uint32) map[uint32][]lease.Entry {
 // TestSpliceBlocksMatchesWhole: a table with the blocks that differ from
 // the next one's replaced is the next table, arc for arc, in chunks whose
 // bookkeeping and lookups are right (checkChunked), the table spliced is
-// left as it was, and the changes are exactly those blocks' arcs; splicing in a block from a third table
+// left as it was, and the changes are exactly those blocks' arcs that
+// were not arcs before (which bring a core to the next table); splicing in a block from a third table
 // that does not fit its neighbours is refused, as tableOf refuses the
 // whole.
 func TestSpliceBlocksMatchesWhole(t *testing.T) {
@@ -92,9 +93,15 @@ func TestSpliceBlocksMatchesWhole(t *testing.T) {
 		if !slices.Equal(oldT.flat(), old) {
 			t.Fatalf("case %d: splicing changed the table spliced", i)
 		}
+		// The changes are those blocks' arcs that were not arcs of the
+		// table before, the same range with the same holder.
 		var want []lease.Entry
 		for _, b := range touched {
-			want = append(want, nb[b]...)
+			for _, e := range nb[b] {
+				if !slices.Contains(old, e) {
+					want = append(want, e)
+				}
+			}
 		}
 		if len(changes) != len(want) {
 			t.Fatalf("case %d: %d changes, want %d", i, len(changes), len(want))
@@ -103,6 +110,18 @@ func TestSpliceBlocksMatchesWhole(t *testing.T) {
 			if c.Entry != want[k] {
 				t.Fatalf("case %d: change %d is %v, want %v", i, k, c.Entry, want[k])
 			}
+		}
+		// Fewer changes, the same table: a core holding the table before
+		// that applies them holds what a core given the next table holds.
+		applied, fresh := newCore(t), newCore(t)
+		applied.Step(snap(1, 1, old...), t0)
+		for k := range changes {
+			changes[k].LSN = 2 // one push, as applyTouched numbers it
+		}
+		applied.Step(delta(1, 1, 2, changes...), t0)
+		fresh.Step(snap(1, 2, next...), t0)
+		if a, w := applied.Entries(), fresh.Entries(); applied.Stats().Applied != 2 || !slices.Equal(a, w) {
+			t.Fatalf("case %d: the core applied %d responses and holds\n%v\nwant\n%v", i, applied.Stats().Applied, a, w)
 		}
 		// A block of a third cut: refused unless it happens to fit.
 		third := blocksOf(randomPartition(rnd, 2+rnd.IntN(40), bits), bits)
