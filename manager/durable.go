@@ -315,6 +315,7 @@ func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, erro
 		n.view = ring.NewTable(viewVal{})
 		n.view.SetAll(vs)
 		n.view.Compact()
+		n.viewArcs = n.view.Len()
 		n.membersChanged = true
 		n.log.lsn = st.LSN
 		for _, lc := range st.Log {

@@ -149,13 +149,19 @@ type namespace struct {
 	changed        bool // an arc was freed or changed hands: reconcile and publish
 	split          bool // arcs were split to match an owner's ranges: compact
 	table          *ring.Table[arc]
-	view           *ring.Table[viewVal]
-	nextGen        lease.Gen
-	stepGen        lease.Gen // the generation given to arcs freed in the current step
-	stepGrantGen   lease.Gen // the generation given to arcs granted in the current step that were free before it
-	seq            uint64    // last sequence number sent to any session: monotonic per peer even when a session is re-created
-	log            changeLog
-	dirty          map[string]bool // sessions to write to at the end of the step
+	// view is the lookups' view of the table (view.go). Its equal
+	// neighbours are merged only now and then (boundView): a view kept
+	// merged was cut again by the next grant of a merged arc, and each
+	// cut or merge moved the whole view (half of an owner's request at
+	// R = 65536). viewArcs caches its arc count merged (-1: unknown).
+	view         *ring.Table[viewVal]
+	viewArcs     int
+	nextGen      lease.Gen
+	stepGen      lease.Gen // the generation given to arcs freed in the current step
+	stepGrantGen lease.Gen // the generation given to arcs granted in the current step that were free before it
+	seq          uint64    // last sequence number sent to any session: monotonic per peer even when a session is re-created
+	log          changeLog
+	dirty        map[string]bool // sessions to write to at the end of the step
 	// held are the sessions whose message waits for their answer to the
 	// last (deferMessage); their answer or awaitExpiry makes them dirty
 	// again. Kept apart from dirty so that a step looks only at what it
@@ -214,6 +220,7 @@ func newNamespace(m *Manager, nc NamespaceConfig, now time.Time) *namespace {
 	n.table = ring.NewTable(arc{gen: 1})
 	n.oneArc = true
 	n.view = ring.NewTable(viewVal{Gen: 1})
+	n.viewArcs = 1
 	n.log.init(now)
 	return n
 }

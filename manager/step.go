@@ -53,6 +53,7 @@ func (n *namespace) step(now time.Time) Output {
 			out.Commits = append(out.Commits, c)
 		}
 	}
+	n.boundView()
 	n.log.truncate(now, n.m.cfg.LogRetention)
 	out.Events, n.events, n.eventIdx = n.events, nil, nil
 	return out
@@ -399,6 +400,12 @@ func (n *namespace) reconcile() {
 	if n.table.Len() != before {
 		n.split = true
 		n.splitAt = append(n.splitAt, xs...)
+		// The view too, in the same pass, while its neighbours are not
+		// merged (publish): the owners' answers that follow a join or a
+		// leave then change its values where it is cut already, where each
+		// would have cut it at one new entry, moving all of it (131 times
+		// for a join at R = 65536).
+		n.view.SplitAll(xs)
 	}
 	for _, r := range runs {
 		n.indicesIn(r, func(i int) { n.reconcileArc(i, d) })

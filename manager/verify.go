@@ -34,6 +34,14 @@ func (n *namespace) verify() error {
 	if !ring.Equal(proj, view) {
 		return fmt.Errorf("the lookups' view (%d arcs) is not the lease table's projection (%d arcs)", view.Len(), proj.Len())
 	}
+	// Its neighbours are merged now and then: it stays within its bound,
+	// and the merged count it caches is the count.
+	if n.view.Len() > 2*n.table.Len()+viewSlack {
+		return fmt.Errorf("the lookups' view has %d arcs, over twice the table's %d and %d", n.view.Len(), n.table.Len(), viewSlack)
+	}
+	if n.viewArcs >= 0 && n.viewArcs != view.Len() {
+		return fmt.Errorf("the lookups' view would merge into %d arcs, counted %d", view.Len(), n.viewArcs)
+	}
 	waiting, indexed := 0, 0
 	for addr, names := range n.byAddr {
 		for _, name := range names {

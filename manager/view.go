@@ -87,26 +87,58 @@ func (n *namespace) publish(now time.Time) Commit {
 		}
 		pending = append(pending, c)
 	}
-	if len(sets) > 0 {
-		// Merged only around what changed: the view was compact before
-		// (unless it was one arc, whose end is arbitrary).
-		one := n.view.Len() == 1
-		n.view.SetAll(sets)
-		if one {
-			n.view.Compact()
-		} else {
-			rs := make([]ring.Range, len(sets))
-			for i, a := range sets {
-				rs[i] = a.Range
+	// The view's arcs are not all merged (below), so one change can come
+	// in two pieces, the first and the last by end, that meet at an end
+	// the view kept across zero: one change, as from a merged view.
+	if k := len(pending) - 1; k > 0 {
+		first, last := pending[0], pending[k]
+		if last.Entry.Range.End == first.Entry.Range.Start && first.Clean == last.Clean && first.Entry.MigratedFrom == last.Entry.MigratedFrom &&
+			first.Entry.Owner == last.Entry.Owner && first.Entry.Addr == last.Entry.Addr && first.Entry.Gen == last.Entry.Gen {
+			pending[0].Entry.Range.Start = last.Entry.Range.Start
+			if pending[0].Entry.Range.IsFull() {
+				pending[0].Entry.Range = ring.Full()
 			}
-			n.view.CompactNear(rs, nil)
+			pending = pending[:k]
 		}
+	}
+	if len(sets) > 0 {
+		n.view.SetAll(sets)
+		n.viewArcs = -1
 	}
 	for _, c := range pending {
 		out.Changes = append(out.Changes, n.log.append(c, now))
 	}
 	out.NextGen = n.nextGen
 	return out
+}
+
+// viewSlack is how many arcs the view may have beyond twice the table's
+// before its neighbours are merged: a small view is merged rarely too.
+const viewSlack = 1024
+
+// boundView merges the view's equal neighbours once it has more than twice
+// the table's arcs (and viewSlack). Until then they stay apart: the view's
+// boundaries are the table's (reconcile cuts both at once) and those the
+// table has merged since, so a step changes the view's values in place
+// where merging it after each change made the next change cut it again,
+// moving the whole view each time; and a merge of all of it, O(view), comes
+// after at least as many merges in the table. Nothing a lookup receives
+// depends on it: publish merges the changes it logs, listView a snapshot.
+func (n *namespace) boundView() {
+	if n.view.Len() > 2*n.table.Len()+viewSlack {
+		n.view.Compact()
+		n.viewArcs = n.view.Len()
+	}
+}
+
+// mergedViewArcs is the number of arcs of the view with its equal
+// neighbours merged (what a snapshot lists), counted when a change made
+// it unknown.
+func (n *namespace) mergedViewArcs() int {
+	if n.viewArcs < 0 {
+		n.viewArcs = ring.CountMerged(n.view)
+	}
+	return n.viewArcs
 }
 
 // View returns the lookups' view of a namespace: the whole table in ring
@@ -159,7 +191,7 @@ func (m *Manager) Lookup(req lease.LookupRequest, now time.Time) (lease.LookupRe
 	}
 	resp := lease.LookupResponse{Namespace: n.cfg.Name, ManagerNonce: m.cfg.Nonce, LSN: n.log.lsn}
 	if req.ManagerNonce == m.cfg.Nonce {
-		if ch, ok := n.log.since(req.LSN); ok && len(ch) <= n.view.Len() {
+		if ch, ok := n.log.since(req.LSN); ok && len(ch) <= n.mergedViewArcs() {
 			resp.FromLSN = req.LSN
 			resp.Changes = ch
 			m.stats.LookupDeltas++

@@ -337,3 +337,17 @@ func Equal[V comparable](a, b *Table[V]) bool {
 	x.SplitSorted(b.ends)
 	return slices.Equal(x.ends, y.ends) && slices.Equal(x.vals, y.vals)
 }
+
+// CountMerged is how many arcs t would have after Compact, without changing
+// it: the number of neighbours (across the wrap too) whose values differ, or
+// 1 when there are none.
+func CountMerged[V comparable](t *Table[V]) int {
+	n := len(t.vals)
+	k := 0
+	for i := range n {
+		if t.vals[i] != t.vals[(i+1)%n] {
+			k++
+		}
+	}
+	return max(k, 1)
+}

@@ -111,7 +111,11 @@ func TestTableAgainstModel(t *testing.T) {
 					t.Fatalf("Split(%#x) at an existing end changed Len", x)
 				}
 			case 4:
+				counted := CountMerged(tb)
 				tb.Compact()
+				if counted != tb.Len() {
+					t.Fatalf("CountMerged %d, Compact left %d arcs", counted, tb.Len())
+				}
 				for i := range tb.vals {
 					if tb.Len() > 1 && tb.vals[i] == tb.vals[(i+1)%tb.Len()] {
 						t.Fatalf("Compact left equal neighbours: %v", tb.vals)
