@@ -69,7 +69,7 @@ func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *ran
 			for try := 0; ; try++ {
 				k = rnd.IntN(len(p.owners))
 				name = fmt.Sprintf("owner-%04d", k)
-				if h, err = pointOf(httpAddr, name); err == nil {
+				if h, err = p.pointOf(httpAddr, name); err == nil {
 					break
 				}
 				if try == 20 {
@@ -189,6 +189,24 @@ func (p *pool) waitLight(t0 time.Time, limit time.Duration) (times []time.Durati
 	}
 	p.watch.Store(nil)
 	return times, missed
+}
+
+// pointOf is the end of an arc that owner holds: in the table of a full
+// lookup, which has seen every change before this one (timeChanges waited
+// for it), or else in the manager's view. Decoding the view's JSON, 65,536
+// arcs at R = 65536, cost this generator 180 ms of CPU before each leave
+// (a third of its CPU profile of the changes; the convergence measured
+// did not move beyond its spread without it).
+func (p *pool) pointOf(httpAddr, owner string) (uint64, error) {
+	if len(p.lookups) > 0 {
+		for _, e := range p.lookups[0].Entries() {
+			if e.Owner == owner {
+				return e.Range.End, nil
+			}
+		}
+		return 0, fmt.Errorf("%s holds no arc in the table of lookup 0", owner)
+	}
+	return pointOf(httpAddr, owner)
 }
 
 // pointOf is the end of an arc that owner holds in the manager's view.
