@@ -77,29 +77,21 @@ func (n *namespace) publish(now time.Time) Commit {
 			// one it was exported under, nothing older.
 			Clean: p.nv.clean && p.nv.From != 0 && p.nv.From == p.old.Gen,
 		}
-		if k := len(pending) - 1; k >= 0 {
-			q := pending[k]
-			if q.Entry.Range.End == p.r.Start && q.Clean == c.Clean && q.Entry.MigratedFrom == c.Entry.MigratedFrom &&
-				q.Entry.Owner == c.Entry.Owner && q.Entry.Addr == c.Entry.Addr && q.Entry.Gen == c.Entry.Gen {
-				pending[k].Entry.Range.End = p.r.End
-				continue
-			}
+		if k := len(pending) - 1; k >= 0 && continues(pending[k], c) {
+			pending[k].Entry.Range.End = p.r.End
+			continue
 		}
 		pending = append(pending, c)
 	}
-	// The view's arcs are not all merged (below), so one change can come
-	// in two pieces, the first and the last by end, that meet at an end
-	// the view kept across zero: one change, as from a merged view.
-	if k := len(pending) - 1; k > 0 {
-		first, last := pending[0], pending[k]
-		if last.Entry.Range.End == first.Entry.Range.Start && first.Clean == last.Clean && first.Entry.MigratedFrom == last.Entry.MigratedFrom &&
-			first.Entry.Owner == last.Entry.Owner && first.Entry.Addr == last.Entry.Addr && first.Entry.Gen == last.Entry.Gen {
-			pending[0].Entry.Range.Start = last.Entry.Range.Start
-			if pending[0].Entry.Range.IsFull() {
-				pending[0].Entry.Range = ring.Full()
-			}
-			pending = pending[:k]
+	// The view's arcs are not all merged (boundView), so one change can
+	// come in two pieces, the first and the last by end, that meet at an
+	// end the view kept across zero: one change, as from a merged view.
+	if k := len(pending) - 1; k > 0 && continues(pending[k], pending[0]) {
+		pending[0].Entry.Range.Start = pending[k].Entry.Range.Start
+		if pending[0].Entry.Range.IsFull() {
+			pending[0].Entry.Range = ring.Full()
 		}
+		pending = pending[:k]
 	}
 	if len(sets) > 0 {
 		n.view.SetAll(sets)
@@ -110,6 +102,16 @@ func (n *namespace) publish(now time.Time) Commit {
 	}
 	out.NextGen = n.nextGen
 	return out
+}
+
+// continues reports whether change c starts where q ends and sets the
+// same value: the two are one change.
+func continues(q, c lease.Change) bool {
+	if q.Entry.Range.End != c.Entry.Range.Start {
+		return false
+	}
+	q.Entry.Range = c.Entry.Range
+	return q == c
 }
 
 // viewSlack is how many arcs the view may have beyond twice the table's

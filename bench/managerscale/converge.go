@@ -206,11 +206,11 @@ func (p *pool) pointOf(httpAddr, owner string) (uint64, error) {
 		}
 		return 0, fmt.Errorf("%s holds no arc in the table of lookup 0", owner)
 	}
-	return pointOf(httpAddr, owner)
+	return pointInView(httpAddr, owner)
 }
 
-// pointOf is the end of an arc that owner holds in the manager's view.
-func pointOf(httpAddr, owner string) (uint64, error) {
+// pointInView is the end of an arc that owner holds in the manager's view.
+func pointInView(httpAddr, owner string) (uint64, error) {
 	var view struct {
 		Entries []struct {
 			End   string `json:"end"`
