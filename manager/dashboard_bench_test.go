@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -85,10 +86,15 @@ func dashboardPool(b *testing.B, r, n int) (*Server, *leaderState, []*benchOwner
 			keepAlive(b, l, owners[1:], cfg.LeaseDuration/4)
 			return s, l, owners
 		}
-		if time.Now().After(deadline) {
+		// Nothing to send and not all granted: the leader's timers owe an
+		// owner a message (a race re-send). Wait for it.
+		j, m, ok := awaitResponse(owners, deadline)
+		if !ok {
 			b.Fatal("the pool did not converge")
 		}
-		time.Sleep(10 * time.Millisecond) // a race re-send is due from the leader's timers
+		if req := owners[j].step(b, m); req != nil {
+			next[j] = req
+		}
 		for j, o := range owners {
 			if req := o.drain(b); req != nil {
 				next[j] = req
@@ -130,17 +136,40 @@ func (o *benchOwner) drain(b *testing.B) *lease.LeaseRequest {
 	for {
 		select {
 		case m := <-o.st.out:
-			resp, err := wire.ResponseFrom(m)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if out := o.core.Step(resp, time.Now()); out.Send != nil {
-				req = out.Send
+			if r := o.step(b, m); r != nil {
+				req = r
 			}
 		default:
 			return req
 		}
 	}
+}
+
+// step steps the owner with one response and returns the request it wants
+// sent, or nil.
+func (o *benchOwner) step(b *testing.B, m *fugev1.LeaseResponse) *lease.LeaseRequest {
+	resp, err := wire.ResponseFrom(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return o.core.Step(resp, time.Now()).Send
+}
+
+// awaitResponse waits until a response is queued for one of owners and
+// returns the owner's index and the response, or false at deadline.
+func awaitResponse(owners []*benchOwner, deadline time.Time) (int, *fugev1.LeaseResponse, bool) {
+	cases := make([]reflect.SelectCase, 0, len(owners)+1)
+	for _, o := range owners {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(o.st.out)})
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)})
+	i, v, _ := reflect.Select(cases)
+	if i == len(owners) {
+		return 0, nil, false
+	}
+	return i, v.Interface().(*fugev1.LeaseResponse), true
 }
 
 func granted(b *testing.B, l *leaderState) bool {
@@ -197,11 +226,18 @@ func page(b *testing.B, s *Server, pollEvery, reloadEvery time.Duration) func() 
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The server subscribes the stream before it writes its hello: once
+	// that is read, the page is live.
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() && sc.Text() != "event: hello" {
+	}
+	if !s.events.live() {
+		b.Fatal("the dashboard's event stream did not subscribe")
+	}
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
 		}
 	}()
@@ -230,12 +266,6 @@ func page(b *testing.B, s *Server, pollEvery, reloadEvery time.Duration) func() 
 			}
 		}
 	}()
-	for deadline := time.Now().Add(time.Minute); !s.events.live(); {
-		if time.Now().After(deadline) {
-			b.Fatal("the dashboard's event stream did not subscribe")
-		}
-		time.Sleep(time.Millisecond) // polling interval
-	}
 	return func() { cancel(); wg.Wait() }
 }
 
