@@ -146,6 +146,57 @@ func busyTicks() int64 {
 	return sum
 }
 
+// cpuTimes is one CPU's line of /proc/stat: busy (all but idle, iowait
+// and steal), steal and the total, in clock ticks; zero if absent.
+type cpuTimes struct{ busy, steal, total int64 }
+
+func cpuTimesOf(cpu int) cpuTimes {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}
+	}
+	name := "cpu" + strconv.Itoa(cpu)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || f[0] != name {
+			continue
+		}
+		var t cpuTimes
+		for i, v := range f[1:] {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			if i >= 8 { // guest, guest_nice: already in user and nice
+				break
+			}
+			t.total += n
+			switch i {
+			case 3, 4: // idle, iowait
+			case 7:
+				t.steal += n
+			default:
+				t.busy += n
+			}
+		}
+		return t
+	}
+	return cpuTimes{}
+}
+
+// cpuShares is how one CPU spent a window: busy and stolen (by the
+// hypervisor), as shares of the window, and its busy ticks.
+type cpuShares struct {
+	Busy, Steal float64
+	BusyTicks   int64
+}
+
+func sharesSince(cpu int, t0 cpuTimes) cpuShares {
+	t := cpuTimesOf(cpu)
+	total := t.total - t0.total
+	if total <= 0 {
+		return cpuShares{}
+	}
+	return cpuShares{Busy: float64(t.busy-t0.busy) / float64(total), Steal: float64(t.steal-t0.steal) / float64(total), BusyTicks: t.busy - t0.busy}
+}
+
 // cpuMeter measures, over a window, the CPU that processes other than the
 // harness and its children used: the machine's busy time less ours.
 type cpuMeter struct {

@@ -124,3 +124,28 @@ func TestMergeLat(t *testing.T) {
 		t.Errorf("no round succeeded: %+v", f)
 	}
 }
+
+// bottleneck counts the runs whose client CPU was the busier, over valid
+// pairs only, and says so when nothing was measured.
+func TestBottleneck(t *testing.T) {
+	run := func(proxy, client, us float64) tputRun {
+		return tputRun{ProxyCPU: cpuShares{Busy: proxy}, ClientCPU: cpuShares{Busy: client}, ClientUS: us}
+	}
+	pairs := []pair{
+		{BothValid: true, Fuge: run(0.85, 0.97, 20), HA: run(0.93, 0.95, 21)},
+		{BothValid: true, Fuge: run(0.99, 0.90, 18), HA: run(0.92, 0.96, 22)},
+		{BothValid: false, Fuge: run(0.10, 0.99, 1), HA: run(0.10, 0.99, 1)}, // discarded
+	}
+	got := bottleneck(pairs)
+	for _, want := range []string{"in 3 of 4 runs", "CPU 0 92% and CPU 1 94% busy, CPU 1 19.0 µs", "92% and 96%, 21.5 µs"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("bottleneck(...) = %q, want it to contain %q", got, want)
+		}
+	}
+	if got := bottleneck(nil); !strings.Contains(got, "not measured") {
+		t.Errorf("bottleneck(nil) = %q", got)
+	}
+	if c := cpuTimesOf(0); c.total == 0 || c.busy > c.total {
+		t.Errorf("cpuTimesOf(0) = %+v, want CPU 0's times from /proc/stat", c)
+	}
+}

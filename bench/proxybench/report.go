@@ -188,7 +188,7 @@ func (r *report) markdown() string {
 		p("| %s | %d/%d | %s | %s | %s | %.0f | %.0f |\n", t, n, total, rng(rs, "%.0f"), cpuCell, rng(bs, "%.1f"), p50.Med, p99.Med)
 	}
 	p("\nThe pairs, in the order run (the first of each pair alternates); \"others\" is the CPU that processes other than this run's used, as a share of one core, before (what the harness waited on) and during the run:\n\n")
-	p("| round | first | fuge-proxy rps | haproxy-chash rps | rps ratio | fuge-proxy µs/req | haproxy µs/req | CPU ratio | others before | others during | valid |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p("| round | first | fuge-proxy rps | haproxy-chash rps | rps ratio | fuge-proxy µs/req | haproxy µs/req | CPU ratio | others before | others during | CPU %d / CPU %d busy (fuge-proxy run; haproxy run) | valid |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n", proxyCPU, clientCPU)
 	for _, pr := range r.Pairs {
 		first := "haproxy"
 		if pr.FirstFuge {
@@ -201,9 +201,11 @@ func (r *report) markdown() string {
 		if !pr.QuietBoth {
 			valid += ", busy"
 		}
-		p("| %d | %s | %.0f | %.0f | %.2f | %.1f | %.1f | %.2f | %.0f%% / %.0f%% | %.0f%% / %.0f%% | %s |\n", pr.Round, first, pr.Fuge.RPS, pr.HA.RPS, pr.RPSRatio,
-			pr.Fuge.ProxyUS, pr.HA.ProxyUS, pr.CPURatio, 100*pr.Fuge.OthersBefore, 100*pr.HA.OthersBefore, 100*pr.Fuge.OthersDuring, 100*pr.HA.OthersDuring, valid)
+		p("| %d | %s | %.0f | %.0f | %.2f | %.1f | %.1f | %.2f | %.0f%% / %.0f%% | %.0f%% / %.0f%% | %.0f%% / %.0f%%; %.0f%% / %.0f%% | %s |\n", pr.Round, first, pr.Fuge.RPS, pr.HA.RPS, pr.RPSRatio,
+			pr.Fuge.ProxyUS, pr.HA.ProxyUS, pr.CPURatio, 100*pr.Fuge.OthersBefore, 100*pr.HA.OthersBefore, 100*pr.Fuge.OthersDuring, 100*pr.HA.OthersDuring,
+			100*pr.Fuge.ProxyCPU.Busy, 100*pr.Fuge.ClientCPU.Busy, 100*pr.HA.ProxyCPU.Busy, 100*pr.HA.ClientCPU.Busy, valid)
 	}
+	p("\n%s\n", bottleneck(r.Pairs))
 	p("\n![requests per second](throughput.png)\n\n![proxy CPU per request](cpu.png)\n\n")
 
 	p("## 2. Latency added per hop\n\n(a) `wrk -t1 -c1 --latency` for %v; (b) the harness's open-loop generator at %d requests/s over %d connections for the same time after %v at that rate unmeasured, each connection on a fixed schedule: a request's time counts from when it was due, so a slow answer delays the next ones and they count it (no coordinated omission); the generator's own timer lateness, when the connection was idle and could have sent on time, is taken out. Each target is measured once in each of %d rounds, each round in another order; the figures are medians over the rounds, and \"added\" is the median over the rounds of the target minus direct in the same round (min–max beside it).\n\n", r.cfg.latDur, openRate, openConns, openWarm, r.cfg.latRounds)
@@ -270,4 +272,36 @@ func (r *report) write(dir string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(r.markdown()), 0o644)
+}
+
+// bottleneck says which CPU limited the pairs' runs: with every proxy on
+// one CPU and the client and the backends on the other, the busier of
+// the two bounds the throughput, and a proxy that is cheaper per request
+// than another shows it in requests/s only while its own CPU is the
+// busier one.
+func bottleneck(pairs []pair) string {
+	var runs, client int
+	var fp, fc, hp, hc, fu, hu []float64
+	for _, pr := range pairs {
+		if !pr.BothValid {
+			continue
+		}
+		for _, x := range []tputRun{pr.Fuge, pr.HA} {
+			if x.ClientCPU.Busy == 0 {
+				continue
+			}
+			runs++
+			if x.ClientCPU.Busy > x.ProxyCPU.Busy {
+				client++
+			}
+		}
+		fp, fc, fu = append(fp, pr.Fuge.ProxyCPU.Busy), append(fc, pr.Fuge.ClientCPU.Busy), append(fu, pr.Fuge.ClientUS)
+		hp, hc, hu = append(hp, pr.HA.ProxyCPU.Busy), append(hc, pr.HA.ClientCPU.Busy), append(hu, pr.HA.ClientUS)
+	}
+	if runs == 0 {
+		return "Which CPU limited the runs was not measured (the layout was not pinned)."
+	}
+	return fmt.Sprintf("Which CPU limited the pairs' runs: the client's CPU %d (wrk, the backends, the manager, this harness) was busier than the proxy's CPU %d in %d of %d runs. Medians: fuge-proxy's runs CPU %d %.0f%% and CPU %d %.0f%% busy, CPU %d %.1f µs per request; haproxy-chash's runs %.0f%% and %.0f%%, %.1f µs. While CPU %d is the busier, requests/s measure it, not the proxy: the CPU ratio above is the proxy's own cost.",
+		clientCPU, proxyCPU, client, runs, proxyCPU, 100*summarize(fp).Med, clientCPU, 100*summarize(fc).Med, clientCPU, summarize(fu).Med,
+		100*summarize(hp).Med, 100*summarize(hc).Med, summarize(hu).Med, clientCPU)
 }

@@ -38,6 +38,12 @@ type tputRun struct {
 	Quiet        bool    // OthersBefore was under the threshold
 	P50, P99     float64 // µs
 	Err          string  // the run failed to run
+	// The two CPUs during the run, when the layout is pinned: the
+	// proxy's (busy, stolen) and the client's and backends' (busy,
+	// stolen, and its busy time per request in µs). Whichever is busier
+	// limited the run's throughput.
+	ProxyCPU, ClientCPU cpuShares
+	ClientUS            float64
 }
 
 // Valid is a run that ran and saw only 2xx answers.
@@ -78,8 +84,12 @@ func (b *bench) measureTput(t *target, round int) tputRun {
 		p0 = cpuTicks(t.p.Pid())
 	}
 	be0 := b.backendTicks()
+	pc0, cc0 := cpuTimesOf(proxyCPU), cpuTimesOf(clientCPU)
 	w, err := b.runWrk(t.addr, wrkConns, b.cfg.run)
 	be1 := b.backendTicks()
+	if b.ps.pinned {
+		r.ProxyCPU, r.ClientCPU = sharesSince(proxyCPU, pc0), sharesSince(clientCPU, cc0)
+	}
 	var p1 int64
 	if t.p != nil {
 		p1 = cpuTicks(t.p.Pid())
@@ -97,9 +107,11 @@ func (b *bench) measureTput(t *target, round int) tputRun {
 			r.ProxyUS = float64(p1-p0) * tick / float64(w.Requests)
 		}
 		r.BackendUS = float64(be1-be0) * tick / float64(w.Requests)
+		r.ClientUS = float64(r.ClientCPU.BusyTicks) * tick / float64(w.Requests)
 	}
-	log.Printf("  %-30s round %d: %8.0f rps, proxy %5.1f µs/req, backends %5.1f µs/req, p99 %6.0f µs, errors %d, others %.0f%%/%.0f%% of a core",
-		t.name, round, r.RPS, r.ProxyUS, r.BackendUS, r.P99, r.Errors, 100*r.OthersBefore, 100*r.OthersDuring)
+	log.Printf("  %-30s round %d: %8.0f rps, proxy %5.1f µs/req, backends %5.1f µs/req, p99 %6.0f µs, errors %d, others %.0f%%/%.0f%% of a core; CPU %d %.0f%% busy, CPU %d %.0f%% busy (%.1f µs/req), steal %.1f%%/%.1f%%",
+		t.name, round, r.RPS, r.ProxyUS, r.BackendUS, r.P99, r.Errors, 100*r.OthersBefore, 100*r.OthersDuring,
+		proxyCPU, 100*r.ProxyCPU.Busy, clientCPU, 100*r.ClientCPU.Busy, r.ClientUS, 100*r.ProxyCPU.Steal, 100*r.ClientCPU.Steal)
 	return r
 }
 
