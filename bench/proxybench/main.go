@@ -47,6 +47,7 @@ type config struct {
 	rounds                int           // valid pairs wanted
 	otherRounds           int           // rounds in which the targets outside the pair are measured too
 	warm, run             time.Duration // wrk warm-up and measured run
+	slices                int           // the pair's runs are cut into this many alternating wrk runs each (pairSlices)
 	latRounds             int           // rounds of latency measurements, each target once per round
 	latWarm, latDur       time.Duration // each latency measurement's warm-up, and the measurement
 	quietMax              time.Duration // longest wait for a quiet machine before a run
@@ -63,13 +64,13 @@ func fullConfig() config {
 	// balancer and every target in all 5 rounds (2026-11-28, this 2-core
 	// machine). The pair keeps its five rounds; the other targets, whose
 	// figures are beside it and in no goal, run in three.
-	return config{rounds: 5, otherRounds: 3, warm: time.Second, run: 6 * time.Second, latRounds: 3, latWarm: time.Second, latDur: 4 * time.Second, quietMax: 5 * time.Second,
+	return config{rounds: 5, otherRounds: 3, warm: time.Second, run: 6 * time.Second, slices: 6, latRounds: 3, latWarm: time.Second, latDur: 4 * time.Second, quietMax: 5 * time.Second,
 		churnDur: 15 * time.Second, churnEvery: 3 * time.Second, churnDown: 500 * time.Millisecond,
 		moveSteady: 4 * time.Second, moveAfter: 4 * time.Second, managerScale: true}
 }
 
 func quickConfig() config {
-	return config{quick: true, rounds: 1, otherRounds: 1, warm: time.Second, run: 3 * time.Second, latRounds: 1, latWarm: time.Second, latDur: 2 * time.Second, quietMax: 500 * time.Millisecond,
+	return config{quick: true, rounds: 1, otherRounds: 1, warm: time.Second, run: 3 * time.Second, slices: 3, latRounds: 1, latWarm: time.Second, latDur: 2 * time.Second, quietMax: 500 * time.Millisecond,
 		churnDur: 6 * time.Second, churnEvery: 2 * time.Second, churnDown: 500 * time.Millisecond,
 		moveSteady: 3 * time.Second, moveAfter: 3 * time.Second}
 }

@@ -149,3 +149,30 @@ func TestBottleneck(t *testing.T) {
 		t.Errorf("cpuTimesOf(0) = %+v, want CPU 0's times from /proc/stat", c)
 	}
 }
+
+// A pair's target is measured as several wrk runs: its figures are rates
+// over their summed requests and time, and the medians of their
+// percentiles; a failed run fails the target.
+func TestTputAccFill(t *testing.T) {
+	a := tputAcc{runs: 3, requests: 150_000, durationUS: 3_000_000, errors: 0,
+		proxyTicks: 300, beTicks: 150, proxyCPU: [3]int64{270, 3, 300}, clientCPU: [3]int64{297, 0, 300},
+		p50s: []float64{900, 1000, 1100}, p99s: []float64{2000, 5000, 2500}}
+	var r tputRun
+	a.fill(&r)
+	tick := 1e6 / float64(clockTicks)
+	if r.RPS != 50_000 || r.Requests != 150_000 || r.Slices != 3 || r.P50 != 1000 || r.P99 != 2500 {
+		t.Fatalf("fill: %+v", r)
+	}
+	if want := 300 * tick / 150_000; r.ProxyUS != want {
+		t.Errorf("proxy µs/request %v, want %v", r.ProxyUS, want)
+	}
+	if r.ProxyCPU.Busy != 0.9 || r.ClientCPU.Busy != 0.99 || r.ProxyCPU.Steal != 0.01 {
+		t.Errorf("CPU shares %+v %+v", r.ProxyCPU, r.ClientCPU)
+	}
+	a.err = "wrk: refused"
+	var bad tputRun
+	a.fill(&bad)
+	if bad.Valid() {
+		t.Errorf("a target with a failed wrk run is valid: %+v", bad)
+	}
+}

@@ -187,7 +187,7 @@ func (r *report) markdown() string {
 		}
 		p("| %s | %d/%d | %s | %s | %s | %.0f | %.0f |\n", t, n, total, rng(rs, "%.0f"), cpuCell, rng(bs, "%.1f"), p50.Med, p99.Med)
 	}
-	p("\nThe pairs, in the order run (the first of each pair alternates); \"others\" is the CPU that processes other than this run's used, as a share of one core, before (what the harness waited on) and during the run:\n\n")
+	p("\nThe pairs, in the order run (the first of each pair alternates). Each target of a pair is warmed up, then its %v are measured as %d wrk runs of %v alternating with the other target's (first, second, second, first, ...): this machine's speed drifts by 10%% and more within seconds, and two whole runs one after the other measured the drift as often as the proxies. Figures are over a target's runs of the round (requests and CPU summed; p50 and p99 the medians of its runs'). \"others\" is the CPU that processes other than this run's used, as a share of one core, before (what the harness waited on) and during the pair:\n\n", r.cfg.run, max(1, r.cfg.slices), r.cfg.run/time.Duration(max(1, r.cfg.slices)))
 	p("| round | first | fuge-proxy rps | haproxy-chash rps | rps ratio | fuge-proxy µs/req | haproxy µs/req | CPU ratio | others before | others during | CPU %d / CPU %d busy (fuge-proxy run; haproxy run) | valid |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n", proxyCPU, clientCPU)
 	for _, pr := range r.Pairs {
 		first := "haproxy"

@@ -44,6 +44,7 @@ type tputRun struct {
 	// limited the run's throughput.
 	ProxyCPU, ClientCPU cpuShares
 	ClientUS            float64
+	Slices              int // the wrk runs summed (measurePair cuts a run into several)
 }
 
 // Valid is a run that ran and saw only 2xx answers.
@@ -73,46 +74,144 @@ func (b *bench) backendTicks() int64 {
 // measureTput runs one warm-up and one measured wrk run through t.
 func (b *bench) measureTput(t *target, round int) tputRun {
 	r := tputRun{Target: t.name, Round: round}
-	r.OthersBefore, r.Quiet = b.ps.waitQuiet(b.cfg.quietMax)
-	if _, err := b.runWrk(t.addr, wrkConns, b.cfg.warm); err != nil {
-		r.Err = err.Error()
+	if !b.prepareTput(t, &r) {
 		return r
 	}
 	m := b.ps.meter()
+	var acc tputAcc
+	acc.run(b, t, b.cfg.run)
+	r.OthersDuring = m.others()
+	acc.fill(&r)
+	r.log()
+	return r
+}
+
+// measurePair measures the pair in one round: each target's measured time
+// (cfg.run) is cut into cfg.slices wrk runs, and the two targets' runs
+// alternate, first then second, then second then first (ABBA), so that
+// both see the same machine. This 2-core machine's speed drifts by 10% and
+// more within seconds (one target's figures in consecutive 6 s runs of a
+// round differed that much while nothing else ran, 2026-11-28): two whole
+// runs one after the other measured the drift as often as the proxies.
+func (b *bench) measurePair(first, second *target, round int) (tputRun, tputRun) {
+	rs := [2]tputRun{{Target: first.name, Round: round}, {Target: second.name, Round: round}}
+	ts := [2]*target{first, second}
+	for i, t := range ts {
+		if !b.prepareTput(t, &rs[i]) {
+			return rs[0], rs[1]
+		}
+	}
+	n := max(1, b.cfg.slices)
+	d := b.cfg.run / time.Duration(n)
+	var accs [2]tputAcc
+	m := b.ps.meter()
+	for k := range n {
+		order := [2]int{0, 1}
+		if k%2 == 1 {
+			order = [2]int{1, 0}
+		}
+		for _, i := range order {
+			accs[i].run(b, ts[i], d)
+		}
+	}
+	others := m.others()
+	for i := range rs {
+		rs[i].OthersDuring = others
+		accs[i].fill(&rs[i])
+		rs[i].log()
+	}
+	return rs[0], rs[1]
+}
+
+// prepareTput waits for a quiet machine and warms t up; false if the
+// warm-up failed (r.Err says why).
+func (b *bench) prepareTput(t *target, r *tputRun) bool {
+	r.OthersBefore, r.Quiet = b.ps.waitQuiet(b.cfg.quietMax)
+	if _, err := b.runWrk(t.addr, wrkConns, b.cfg.warm); err != nil {
+		r.Err = err.Error()
+		return false
+	}
+	return true
+}
+
+// tputAcc sums one target's wrk runs of a round: requests, time, errors,
+// the CPU its proxy, the backends and the two CPUs spent, and the runs'
+// percentiles.
+type tputAcc struct {
+	runs                 int
+	requests, durationUS int64
+	errors               int64
+	proxyTicks, beTicks  int64
+	proxyCPU, clientCPU  [3]int64 // busy, steal, total ticks
+	p50s, p99s           []float64
+	err                  string
+}
+
+// run measures one wrk run of d through t into a.
+func (a *tputAcc) run(b *bench, t *target, d time.Duration) {
 	var p0 int64
 	if t.p != nil {
 		p0 = cpuTicks(t.p.Pid())
 	}
 	be0 := b.backendTicks()
 	pc0, cc0 := cpuTimesOf(proxyCPU), cpuTimesOf(clientCPU)
-	w, err := b.runWrk(t.addr, wrkConns, b.cfg.run)
+	w, err := b.runWrk(t.addr, wrkConns, d)
+	pc1, cc1 := cpuTimesOf(proxyCPU), cpuTimesOf(clientCPU)
 	be1 := b.backendTicks()
-	if b.ps.pinned {
-		r.ProxyCPU, r.ClientCPU = sharesSince(proxyCPU, pc0), sharesSince(clientCPU, cc0)
-	}
 	var p1 int64
 	if t.p != nil {
 		p1 = cpuTicks(t.p.Pid())
 	}
-	r.OthersDuring = m.others()
 	if err != nil {
-		r.Err = err.Error()
-		return r
+		a.err = err.Error()
+		return
 	}
-	r.RPS, r.Requests, r.Errors = w.rps(), w.Requests, w.errors()
-	r.P50, r.P99 = w.pct(50), w.pct(99)
-	if w.Requests > 0 {
+	a.runs++
+	a.requests += w.Requests
+	a.durationUS += w.DurationUS
+	a.errors += w.errors()
+	a.proxyTicks += p1 - p0
+	a.beTicks += be1 - be0
+	if b.ps.pinned {
+		a.proxyCPU[0], a.proxyCPU[1], a.proxyCPU[2] = a.proxyCPU[0]+pc1.busy-pc0.busy, a.proxyCPU[1]+pc1.steal-pc0.steal, a.proxyCPU[2]+pc1.total-pc0.total
+		a.clientCPU[0], a.clientCPU[1], a.clientCPU[2] = a.clientCPU[0]+cc1.busy-cc0.busy, a.clientCPU[1]+cc1.steal-cc0.steal, a.clientCPU[2]+cc1.total-cc0.total
+	}
+	a.p50s, a.p99s = append(a.p50s, w.pct(50)), append(a.p99s, w.pct(99))
+}
+
+func shares(t [3]int64) cpuShares {
+	if t[2] <= 0 {
+		return cpuShares{}
+	}
+	return cpuShares{Busy: float64(t[0]) / float64(t[2]), Steal: float64(t[1]) / float64(t[2]), BusyTicks: t[0]}
+}
+
+// fill puts the sums into r: rates over the runs' summed time and
+// requests, the median of the runs' p50s and of their p99s.
+func (a *tputAcc) fill(r *tputRun) {
+	if a.err != "" {
+		r.Err = a.err
+		return
+	}
+	if a.durationUS > 0 {
+		r.RPS = float64(a.requests) / (float64(a.durationUS) / 1e6)
+	}
+	r.Requests, r.Errors = a.requests, a.errors
+	r.P50, r.P99 = summarize(a.p50s).Med, summarize(a.p99s).Med
+	r.ProxyCPU, r.ClientCPU = shares(a.proxyCPU), shares(a.clientCPU)
+	if a.requests > 0 {
 		tick := 1e6 / float64(clockTicks) // µs
-		if t.p != nil {
-			r.ProxyUS = float64(p1-p0) * tick / float64(w.Requests)
-		}
-		r.BackendUS = float64(be1-be0) * tick / float64(w.Requests)
-		r.ClientUS = float64(r.ClientCPU.BusyTicks) * tick / float64(w.Requests)
+		r.ProxyUS = float64(a.proxyTicks) * tick / float64(a.requests)
+		r.BackendUS = float64(a.beTicks) * tick / float64(a.requests)
+		r.ClientUS = float64(r.ClientCPU.BusyTicks) * tick / float64(a.requests)
 	}
-	log.Printf("  %-30s round %d: %8.0f rps, proxy %5.1f µs/req, backends %5.1f µs/req, p99 %6.0f µs, errors %d, others %.0f%%/%.0f%% of a core; CPU %d %.0f%% busy, CPU %d %.0f%% busy (%.1f µs/req), steal %.1f%%/%.1f%%",
-		t.name, round, r.RPS, r.ProxyUS, r.BackendUS, r.P99, r.Errors, 100*r.OthersBefore, 100*r.OthersDuring,
-		proxyCPU, 100*r.ProxyCPU.Busy, clientCPU, 100*r.ClientCPU.Busy, r.ClientUS, 100*r.ProxyCPU.Steal, 100*r.ClientCPU.Steal)
-	return r
+	r.Slices = a.runs
+}
+
+func (r tputRun) log() {
+	log.Printf("  %-30s round %d: %8.0f rps, proxy %5.1f µs/req, backends %5.1f µs/req, p99 %6.0f µs, errors %d, others %.0f%%/%.0f%% of a core; CPU %d %.0f%% busy, CPU %d %.0f%% busy (%.1f µs/req), steal %.1f%%/%.1f%%; %d wrk runs",
+		r.Target, r.Round, r.RPS, r.ProxyUS, r.BackendUS, r.P99, r.Errors, 100*r.OthersBefore, 100*r.OthersDuring,
+		proxyCPU, 100*r.ProxyCPU.Busy, clientCPU, 100*r.ClientCPU.Busy, r.ClientUS, 100*r.ProxyCPU.Steal, 100*r.ClientCPU.Steal, r.Slices)
 }
 
 // throughput runs the rounds until cfg.rounds pairs are valid (at most
@@ -132,11 +231,9 @@ func (b *bench) throughput(targets []*target) (runs []tputRun, pairs []pair) {
 		log.Printf("throughput round %d", round)
 		p := pair{Round: round, FirstFuge: round%2 == 1}
 		if p.FirstFuge {
-			p.Fuge = b.measureTput(byName[pairFirst], round)
-			p.HA = b.measureTput(byName[pairOther], round)
+			p.Fuge, p.HA = b.measurePair(byName[pairFirst], byName[pairOther], round)
 		} else {
-			p.HA = b.measureTput(byName[pairOther], round)
-			p.Fuge = b.measureTput(byName[pairFirst], round)
+			p.HA, p.Fuge = b.measurePair(byName[pairOther], byName[pairFirst], round)
 		}
 		runs = append(runs, p.Fuge, p.HA)
 		p.BothValid = p.Fuge.Valid() && p.HA.Valid()
