@@ -4,8 +4,9 @@
 // scripts/bench.sh installs haproxy, nginx-light and wrk first):
 //
 //  1. throughput and proxy CPU per request, wrk -t1 -c64 over 10,000 keys,
-//     in interleaved pairs (fuge-proxy, haproxy-chash) and the other
-//     targets once a round;
+//     in interleaved pairs (fuge-proxy, haproxy-chash: each target's 6 s
+//     as six 1 s runs alternating with the other's) and the other targets
+//     once a round, with how busy each CPU was;
 //  2. the latency each proxy adds over going direct: wrk -c1, and an
 //     open-loop generator at 5,000 requests/s over 64 connections;
 //  3. stale reads and split-brain writes of the presence example behind
