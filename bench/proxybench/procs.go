@@ -188,13 +188,21 @@ type cpuShares struct {
 	BusyTicks   int64
 }
 
-func sharesSince(cpu int, t0 cpuTimes) cpuShares {
-	t := cpuTimesOf(cpu)
-	total := t.total - t0.total
-	if total <= 0 {
+// since is the CPU's times from t0 to t.
+func (t cpuTimes) since(t0 cpuTimes) cpuTimes {
+	return cpuTimes{t.busy - t0.busy, t.steal - t0.steal, t.total - t0.total}
+}
+
+func (t cpuTimes) plus(u cpuTimes) cpuTimes {
+	return cpuTimes{t.busy + u.busy, t.steal + u.steal, t.total + u.total}
+}
+
+// shares is how a window of times t was spent.
+func (t cpuTimes) shares() cpuShares {
+	if t.total <= 0 {
 		return cpuShares{}
 	}
-	return cpuShares{Busy: float64(t.busy-t0.busy) / float64(total), Steal: float64(t.steal-t0.steal) / float64(total), BusyTicks: t.busy - t0.busy}
+	return cpuShares{Busy: float64(t.busy) / float64(t.total), Steal: float64(t.steal) / float64(t.total), BusyTicks: t.busy}
 }
 
 // cpuMeter measures, over a window, the CPU that processes other than the

@@ -155,7 +155,7 @@ func TestBottleneck(t *testing.T) {
 // percentiles; a failed run fails the target.
 func TestTputAccFill(t *testing.T) {
 	a := tputAcc{runs: 3, requests: 150_000, durationUS: 3_000_000, errors: 0,
-		proxyTicks: 300, beTicks: 150, proxyCPU: [3]int64{270, 3, 300}, clientCPU: [3]int64{297, 0, 300},
+		proxyTicks: 300, beTicks: 150, proxyCPU: cpuTimes{270, 3, 300}, clientCPU: cpuTimes{297, 0, 300},
 		p50s: []float64{900, 1000, 1100}, p99s: []float64{2000, 5000, 2500}}
 	var r tputRun
 	a.fill(&r)

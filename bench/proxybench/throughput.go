@@ -142,7 +142,7 @@ type tputAcc struct {
 	requests, durationUS int64
 	errors               int64
 	proxyTicks, beTicks  int64
-	proxyCPU, clientCPU  [3]int64 // busy, steal, total ticks
+	proxyCPU, clientCPU  cpuTimes
 	p50s, p99s           []float64
 	err                  string
 }
@@ -173,17 +173,10 @@ func (a *tputAcc) run(b *bench, t *target, d time.Duration) {
 	a.proxyTicks += p1 - p0
 	a.beTicks += be1 - be0
 	if b.ps.pinned {
-		a.proxyCPU[0], a.proxyCPU[1], a.proxyCPU[2] = a.proxyCPU[0]+pc1.busy-pc0.busy, a.proxyCPU[1]+pc1.steal-pc0.steal, a.proxyCPU[2]+pc1.total-pc0.total
-		a.clientCPU[0], a.clientCPU[1], a.clientCPU[2] = a.clientCPU[0]+cc1.busy-cc0.busy, a.clientCPU[1]+cc1.steal-cc0.steal, a.clientCPU[2]+cc1.total-cc0.total
+		a.proxyCPU = a.proxyCPU.plus(pc1.since(pc0))
+		a.clientCPU = a.clientCPU.plus(cc1.since(cc0))
 	}
 	a.p50s, a.p99s = append(a.p50s, w.pct(50)), append(a.p99s, w.pct(99))
-}
-
-func shares(t [3]int64) cpuShares {
-	if t[2] <= 0 {
-		return cpuShares{}
-	}
-	return cpuShares{Busy: float64(t[0]) / float64(t[2]), Steal: float64(t[1]) / float64(t[2]), BusyTicks: t[0]}
 }
 
 // fill puts the sums into r: rates over the runs' summed time and
@@ -193,12 +186,10 @@ func (a *tputAcc) fill(r *tputRun) {
 		r.Err = a.err
 		return
 	}
-	if a.durationUS > 0 {
-		r.RPS = float64(a.requests) / (float64(a.durationUS) / 1e6)
-	}
+	r.RPS = wrkResult{Requests: a.requests, DurationUS: a.durationUS}.rps()
 	r.Requests, r.Errors = a.requests, a.errors
 	r.P50, r.P99 = summarize(a.p50s).Med, summarize(a.p99s).Med
-	r.ProxyCPU, r.ClientCPU = shares(a.proxyCPU), shares(a.clientCPU)
+	r.ProxyCPU, r.ClientCPU = a.proxyCPU.shares(), a.clientCPU.shares()
 	if a.requests > 0 {
 		tick := 1e6 / float64(clockTicks) // µs
 		r.ProxyUS = float64(a.proxyTicks) * tick / float64(a.requests)
