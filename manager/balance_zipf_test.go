@@ -24,7 +24,15 @@ type zipfPool struct {
 }
 
 func newZipfPool(alpha float64, nkeys int, seed uint64) *zipfPool {
-	z := &zipfPool{names: []string{"o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7"}, noise: rand.New(rand.NewPCG(seed, 99))}
+	return newZipfPoolOf(8, alpha, nkeys, seed)
+}
+
+// newZipfPoolOf is newZipfPool with owners o0 to o<owners-1>.
+func newZipfPoolOf(owners int, alpha float64, nkeys int, seed uint64) *zipfPool {
+	z := &zipfPool{noise: rand.New(rand.NewPCG(seed, 99))}
+	for i := range owners {
+		z.names = append(z.names, fmt.Sprintf("o%d", i))
+	}
 	z.counts, _ = ring.Apportion(z.names, 4096)
 	rng := rand.New(rand.NewPCG(seed, math.Float64bits(alpha)))
 	for ph := range 2 {
@@ -113,23 +121,26 @@ func (z *zipfPool) apply(t *testing.T, ms []VNodeMove) int {
 // 0.8 and 1.1, with a shift of the popular keys halfway and noisy reports
 // (seeded; the seeds are printed), the owners reporting their busiest keys
 // as ownerguard's do: each phase must end at or below its bound and then
-// stop moving (no oscillation). At Zipf 0.8 the bound is the 1.10
-// after 4 rounds (the bench's 60 s). At 1.1 it is what the ring allows with
-// these draws, not the 1.25: the top key's holder keeps every entry
-// up to the one that holds the key, and which entries can hold it is fixed
-// by the names (see fitPolicy); an offline annealing over the counts found
+// stop moving (no oscillation). With 5 owners (bench/balance's default)
+// the bound is the issue's: 1.10 at Zipf 0.8 and 1.25 at 1.1, after 4
+// rounds (the bench's 60 s). With 8 owners at 1.1 it is what the ring
+// allows with these draws: the top key alone is 13.5% of the load, more
+// than the mean share of 8 owners, its holder keeps every entry up to the
+// one that holds the key, and which entries can hold it is fixed by the
+// names (see fitPolicy); a search over the counts on the true loads found
 // no better than 1.34 for seed 1's first phase.
 func TestFitZipf(t *testing.T) {
 	const rounds = 14
 	for _, c := range []struct {
-		alpha float64
-		at4   float64 // max/mean after 4 rounds (the bench's 60 s) in each phase
-		end   float64 // at the end of each phase
-	}{{0.8, 1.10, 1.10}, {1.1, 1.90, 1.70}} {
+		owners int
+		alpha  float64
+		at4    float64 // max/mean after 4 rounds (the bench's 60 s) in each phase
+		end    float64 // at the end of each phase
+	}{{5, 0.8, 1.10, 1.10}, {5, 1.1, 1.25, 1.25}, {8, 0.8, 1.10, 1.10}, {8, 1.1, 1.60, 1.45}} {
 		for seed := uint64(1); seed <= 3; seed++ {
-			t.Run(fmt.Sprintf("%g/seed%d", c.alpha, seed), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%d/%g/seed%d", c.owners, c.alpha, seed), func(t *testing.T) {
 				t.Logf("seed %d", seed)
-				z := newZipfPool(c.alpha, 100_000, seed)
+				z := newZipfPoolOf(c.owners, c.alpha, 100_000, seed)
 				z.hot = true
 				p := &fitPolicy{}
 				for ph := range 2 {

@@ -1,5 +1,7 @@
 package manager
 
+import "slices"
+
 // Thresholds of the fit policy, as multiples of the mean load: a settled
 // pool starts moving when the most loaded owner is above fitStart, and keeps
 // moving, round after round, until it is at or below fitStop, or until no
@@ -28,6 +30,11 @@ const (
 // circle order with the model's load up to it, so a move's effect is
 // computed exactly on the model: an arc's load is a difference of two
 // cumulative figures, whichever entries the plan has taken off or put on.
+//
+// In a pool of at most fitSearchOwners, an episode first searches the
+// counts to aim for on the model and moves toward them (fitsearch.go); the
+// greedy rounds below run in larger pools, and after a reached target
+// that left the pool above fitStart.
 //
 // A round, greedily: the owner with the highest model load gives blocks of
 // up to fitMaxBlock of its highest entries to the receiver that evens the
@@ -94,6 +101,9 @@ type fitPolicy struct {
 	// could not be finished (see Plan).
 	renewed  bool
 	wasAbove bool // the last round found a settled fit above its band, by less than twice the band
+	// target: the counts the episode aims for (fitsearch.go), by owner
+	// name; nil when the episode is the greedy one.
+	target map[string]int
 }
 
 // fitHorizon: a round's plan may look at relays of up to fitHorizon times
@@ -133,6 +143,24 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 	ratio := maxLoad / mean
 	prevMoved, prevPrep := p.moved, p.lastPrep
 	p.moved, p.lastPrep = false, false
+	cont := false // the greedy goes on after a reached target
+	if p.target != nil {
+		moves, more, same := p.toward(in)
+		if more {
+			return moves
+		}
+		p.target = nil
+		if !same || ratio <= fitStart+fitRestall {
+			p.settle(ratio)
+			return nil
+		}
+		// The target, reached, left the pool well above the band (the
+		// model erred, or the load moved): the greedy goes on from here,
+		// in an episode of its own, and settles as it does.
+		p.best, p.noProgress, p.renewed = ratio, 0, false
+		p.beginEpisode()
+		cont = true
+	}
 	// A settled fit restarts at once on a clear rise (a load shift), and
 	// on a smaller one only when two rounds in a row see it: one noisy
 	// report of the hottest owner is not a shift.
@@ -143,11 +171,24 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 	}
 	p.wasAbove = false
 	switch {
+	case cont:
 	case p.stalled > 0 && !above:
 		return nil
 	case p.stalled > 0 || (!p.active && ratio > fitStart):
 		p.stalled, p.best, p.noProgress, p.renewed = 0, ratio, 0, false
 		p.beginEpisode()
+		if n <= fitSearchOwners {
+			plan := newFitPlanOf(in, min(fitSearchRounds*in.MaxMoves, in.Ring.Len()), true)
+			if t, _ := plan.search(fitSearchRounds * in.MaxMoves); t != nil {
+				p.target = make(map[string]int, n)
+				for i, name := range plan.name {
+					p.target[name] = t[i]
+				}
+				p.active = true
+				moves, _, _ := p.toward(in)
+				return moves
+			}
+		}
 	case !p.active:
 		return nil
 	case ratio <= fitStop:
@@ -199,6 +240,61 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 		p.gave[mv.From], p.took[mv.To] = true, true
 	}
 	p.moved = true
+	return moves
+}
+
+// toward makes a round of the episode's search target: up to MaxMoves
+// virtual nodes from owners above their target counts to owners below,
+// chosen on the model one give at a time (the best state each), so that a
+// relay's owners shed before the key moves if that is better. more is
+// false at the target, or if the pool's owners changed (same false).
+func (p *fitPolicy) toward(in BalanceInput) (moves []VNodeMove, more, same bool) {
+	n := len(in.Owners)
+	at := true
+	for _, o := range in.Owners {
+		t, ok := p.target[o.Name]
+		if !ok || len(p.target) != n {
+			return nil, false, false
+		}
+		at = at && t == o.VNodes
+	}
+	if at {
+		return nil, false, true
+	}
+	plan := newFitPlanOf(in, min(fitSearchRounds*in.MaxMoves, in.Ring.Len()), true)
+	from := slices.Clone(plan.v)
+	lo, hi := make([]int, n), make([]int, n)
+	for i, name := range plan.name {
+		t := min(p.target[name], len(plan.pos[i]))
+		lo[i], hi[i] = min(from[i], t), max(from[i], t)
+	}
+	plan.climb(from, lo, hi, in.MaxMoves, plan.total/float64(n), true)
+	moves = countMoves(plan.name, from, plan.v)
+	if len(moves) == 0 {
+		return nil, false, true
+	}
+	p.moved = true
+	return moves, true, true
+}
+
+// countMoves pairs the owners whose counts fell with those whose rose.
+func countMoves(names []string, from, to []int) []VNodeMove {
+	var moves []VNodeMove
+	b := 0
+	for a := range from {
+		for d := from[a] - to[a]; d > 0; {
+			for b < len(to) && to[b]-from[b] <= 0 {
+				b++
+			}
+			if b == len(to) {
+				return moves
+			}
+			s := min(d, to[b]-from[b])
+			moves = appendMove(moves, VNodeMove{From: names[a], To: names[b], N: s})
+			from[b] += s
+			d -= s
+		}
+	}
 	return moves
 }
 

@@ -54,7 +54,11 @@ type fitHot struct {
 // the owner's arcs there) and the hot keys as point loads. Reports of hot
 // keys outside the reporter's arcs (measured before a move) are ignored.
 // O(R + owners·(groups + hot keys) + fitReceivers·budget·log R).
-func newFitPlan(in BalanceInput, budget int) *fitPlan {
+func newFitPlan(in BalanceInput, budget int) *fitPlan { return newFitPlanOf(in, budget, false) }
+
+// newFitPlanOf is newFitPlan; with all, every owner may take (the search
+// of fitsearch.go), not only the fitReceivers least loaded below the band.
+func newFitPlanOf(in BalanceInput, budget int, all bool) *fitPlan {
 	n := len(in.Owners)
 	r := in.Ring
 	p := &fitPlan{n: n, name: make([]string, n), v: make([]int, n), est: make([]float64, n)}
@@ -156,12 +160,14 @@ func newFitPlan(in BalanceInput, budget int) *fitPlan {
 	takers := make([]int, 0, n)
 	mean := meanLoad(in.Owners)
 	for i, o := range in.Owners {
-		if o.Load < fitStop*mean {
+		if all || o.Load < fitStop*mean {
 			takers = append(takers, i)
 		}
 	}
 	slices.SortStableFunc(takers, func(a, b int) int { return cmp.Compare(in.Owners[a].Load, in.Owners[b].Load) })
-	takers = takers[:min(len(takers), fitReceivers)]
+	if !all {
+		takers = takers[:min(len(takers), fitReceivers)]
+	}
 	horizon := make([]int, n)
 	news := make([]cand, 0, len(takers)*budget)
 	for _, i := range takers {
