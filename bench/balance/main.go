@@ -74,7 +74,7 @@ func main() {
 	var o options
 	var zipfs, policies string
 	flag.DurationVar(&o.duration, "duration", 240*time.Second, "length of the measured run; the load shifts halfway")
-	flag.IntVar(&o.owners, "owners", 8, "owners per namespace (5 to 10 is the issue's range)")
+	flag.IntVar(&o.owners, "owners", 5, "owners per namespace (5 to 10 is the issue's range; at 5 the mean share, 20%, is above Zipf 1.1's top key, 13.5%: with 8 the key alone exceeds the mean and the ring's entry names keep max/mean at 1.34 or more, see manager.TestFitZipf)")
 	flag.Float64Var(&o.rate, "rate", 8000, "requests per second per namespace")
 	flag.IntVar(&o.keys, "keys", 100_000, "distinct keys")
 	flag.DurationVar(&o.window, "window", 5*time.Second, "measurement window of max/mean")
@@ -88,6 +88,7 @@ func main() {
 	flag.DurationVar(&o.converge, "converge", 60*time.Second, "time after the start and after the shift by which max/mean is judged; moves after it count as moves after convergence")
 	flag.IntVar(&o.ringSize, "ring-size", 4096, "ring size R")
 	flag.IntVar(&o.maxMoves, "max-moves", 0, "balance max moves per round (0: the manager's default)")
+	floorOnly := flag.Bool("floor", false, "only search, per Zipf parameter and phase, the least max/mean any virtual-node counts reach on the true loads of the keys with -owners owners (floor.go), and print it")
 	drain := flag.Bool("drain", true, "also drain one presence server under load with state migration off and on (bench/migration) and print the devices republished with migration in each line")
 	flag.Parse()
 	for _, s := range strings.Split(zipfs, ",") {
@@ -116,6 +117,10 @@ func main() {
 	case o.converge >= o.duration/2:
 		log.Fatal("balance: -converge must be under half the duration")
 	}
+	if *floorOnly {
+		floor(o, os.Stdout)
+		return
+	}
 	res, err := run(context.Background(), o, os.Stderr)
 	if err != nil {
 		log.Fatalf("balance: %v", err)
@@ -138,6 +143,13 @@ func main() {
 // drain does not depend on the policy or the Zipf parameter, so every line
 // shows the same run). "-" with -drain=false.
 var republishedAfterDrain = func(zipf float64, policy string) string { return "-" }
+
+// lossEvent is one loss notification of a namespace's Lookup.
+type lossEvent struct {
+	At     float64 `json:"at"`
+	Ranges int     `json:"ranges"`
+	All    bool    `json:"all,omitempty"`
+}
 
 // drainBoth runs bench/migration's drain with migration off, then on,
 // prints both lines to w, and returns the run with migration.
@@ -170,6 +182,9 @@ type nsRun struct {
 	// ranges they named.
 	Losses      uint64  `json:"loss_notifications"`
 	LossRanges  uint64  `json:"loss_ranges"`
+	// LossLog is each loss notification after the load started: seconds
+	// since then, ranges named, and whether it said all state may be lost.
+	LossLog []lossEvent `json:"loss_log,omitempty"`
 	Unserved    uint64  `json:"unserved"`      // requests no owner admitted (in transit between owners)
 	Served      uint64  `json:"served"`        // requests admitted
 	TopKeyShare float64 `json:"top_key_share"` // the most popular key's share of the load
@@ -185,6 +200,9 @@ type nsRun struct {
 	unsrv  atomic.Uint64
 	lossN  atomic.Uint64
 	lossR  atomic.Uint64
+	lossMu sync.Mutex
+	losses []lossEvent
+	t0     atomic.Int64 // the load's start, ns since the epoch; 0 before
 	keys   [2][]uint64 // key hashes by rank, per phase
 	cdf    []float64
 	lns    []net.Listener
@@ -294,6 +312,11 @@ func run(ctx context.Context, o options, logw io.Writer) (*result, error) {
 			OnLoss: func(rs []ring.Range, all bool) {
 				r.lossN.Add(1)
 				r.lossR.Add(uint64(len(rs)))
+				if t0 := r.t0.Load(); t0 != 0 {
+					r.lossMu.Lock()
+					r.losses = append(r.losses, lossEvent{At: time.Since(time.Unix(0, t0)).Seconds(), Ranges: len(rs), All: all})
+					r.lossMu.Unlock()
+				}
 			}})
 		if err != nil {
 			return nil, err
@@ -341,6 +364,9 @@ func run(ctx context.Context, o options, logw io.Writer) (*result, error) {
 
 	// Load: one generator per namespace.
 	start := time.Now()
+	for _, r := range runs {
+		r.t0.Store(start.UnixNano())
+	}
 	var phase atomic.Int32
 	var wg sync.WaitGroup
 	for _, r := range runs {
@@ -389,6 +415,9 @@ func run(ctx context.Context, o options, logw io.Writer) (*result, error) {
 		// lookup's own goroutine; Close delivers those still queued.
 		r.lookup.Close()
 		r.Losses, r.LossRanges = r.lossN.Load(), r.lossR.Load()
+		r.lossMu.Lock()
+		r.LossLog = slices.Clone(r.losses)
+		r.lossMu.Unlock()
 		r.Unserved = r.unsrv.Load()
 		for i := range r.served {
 			r.Served += r.served[i].Load()
