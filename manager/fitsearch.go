@@ -38,10 +38,18 @@ import (
 //
 // Cost: a climb step tries every pair of owners and block size, each an
 // O(block) walk of the list, and a search makes up to 2·fitSearchHolders+1
-// climbs: BenchmarkFitSearch, 35 ms with 5 owners and 178 ms with 8 on
-// this 2-core machine, once per episode; larger pools keep the greedy.
+// climbs: BenchmarkFitSearch, about 50 ms with 5 owners and 130 ms with 6
+// on this 2-core machine, once per episode.
+//
+// Why pools of at most 6. With more owners each one's share is small, a
+// hot key's holder must keep few entries, and handing the key along the
+// ring takes more than the search's budget; the greedy's relays, prepared
+// over rounds, did better there: with 8 owners bench/balance's Zipf 1.1
+// load after its shift was at 1.48 at 60 s with the search, still moving
+// (its target, 3 rounds away, left it at 1.5, and the greedy went on),
+// against 1.23 and settled with the greedy alone.
 const (
-	fitSearchOwners  = 8
+	fitSearchOwners  = 6
 	fitSearchRounds  = 3
 	fitSearchBlock   = 256
 	fitSearchSteps   = 48

@@ -57,9 +57,9 @@ func TestStartWithin(t *testing.T) {
 }
 
 // BenchmarkFitSearch: the search an episode starts with, on bench/balance's
-// Zipf 1.1 load (seed 1, first phase) with 5 and 8 owners.
+// Zipf 1.1 load (seed 1, first phase) with 5 and 6 owners.
 func BenchmarkFitSearch(b *testing.B) {
-	for _, owners := range []int{5, 8} {
+	for _, owners := range []int{5, fitSearchOwners} {
 		b.Run(fmt.Sprintf("owners=%d", owners), func(b *testing.B) {
 			z := newZipfPoolOf(owners, 1.1, 100_000, 1)
 			z.hot = true
