@@ -74,7 +74,7 @@ func main() {
 	var o options
 	var zipfs, policies string
 	flag.DurationVar(&o.duration, "duration", 240*time.Second, "length of the measured run; the load shifts halfway")
-	flag.IntVar(&o.owners, "owners", 5, "owners per namespace (5 to 10 is the issue's range; at 5 the mean share, 20%, is above Zipf 1.1's top key, 13.5%: with 8 the key alone exceeds the mean and the ring's entry names keep max/mean at 1.34 or more, see manager.TestFitZipf)")
+	flag.IntVar(&o.owners, "owners", 5, "owners per namespace (5 to 10 is the issue's range; at 5 the mean share, 20%, is above Zipf 1.1's top key, 13.5%: with 8 the key alone exceeds the mean and the ring's entry names keep max/mean at 1.34 or more on this draw, see -floor)")
 	flag.Float64Var(&o.rate, "rate", 8000, "requests per second per namespace")
 	flag.IntVar(&o.keys, "keys", 100_000, "distinct keys")
 	flag.DurationVar(&o.window, "window", 5*time.Second, "measurement window of max/mean")
@@ -180,14 +180,14 @@ type nsRun struct {
 	Ranges  uint64    `json:"ranges_moved"`
 	// Losses counts the Lookup's loss notifications (upcalls) and the
 	// ranges they named.
-	Losses      uint64  `json:"loss_notifications"`
-	LossRanges  uint64  `json:"loss_ranges"`
+	Losses     uint64 `json:"loss_notifications"`
+	LossRanges uint64 `json:"loss_ranges"`
 	// LossLog is each loss notification after the load started: seconds
 	// since then, ranges named, and whether it said all state may be lost.
-	LossLog []lossEvent `json:"loss_log,omitempty"`
-	Unserved    uint64  `json:"unserved"`      // requests no owner admitted (in transit between owners)
-	Served      uint64  `json:"served"`        // requests admitted
-	TopKeyShare float64 `json:"top_key_share"` // the most popular key's share of the load
+	LossLog     []lossEvent `json:"loss_log,omitempty"`
+	Unserved    uint64      `json:"unserved"`      // requests no owner admitted (in transit between owners)
+	Served      uint64      `json:"served"`        // requests admitted
+	TopKeyShare float64     `json:"top_key_share"` // the most popular key's share of the load
 	// Top names the most popular key of each half (before and after the
 	// shift).
 	Top [2]string `json:"top_key"`
@@ -203,7 +203,7 @@ type nsRun struct {
 	lossMu sync.Mutex
 	losses []lossEvent
 	t0     atomic.Int64 // the load's start, ns since the epoch; 0 before
-	keys   [2][]uint64 // key hashes by rank, per phase
+	keys   [2][]uint64  // key hashes by rank, per phase
 	cdf    []float64
 	lns    []net.Listener
 	mu     sync.Mutex
