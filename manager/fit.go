@@ -178,8 +178,8 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 		p.stalled, p.best, p.noProgress, p.renewed = 0, ratio, 0, false
 		p.beginEpisode()
 		if n <= fitSearchOwners {
-			plan := newFitPlanOf(in, min(fitSearchRounds*in.MaxMoves, in.Ring.Len()), true)
-			if t, _ := plan.search(fitSearchRounds * in.MaxMoves); t != nil {
+			plan := searchPlan(in)
+			if t := plan.search(fitSearchRounds * in.MaxMoves); t != nil {
 				p.target = make(map[string]int, n)
 				for i, name := range plan.name {
 					p.target[name] = t[i]
@@ -250,10 +250,13 @@ func (p *fitPolicy) Plan(in BalanceInput) []VNodeMove {
 // false at the target, or if the pool's owners changed (same false).
 func (p *fitPolicy) toward(in BalanceInput) (moves []VNodeMove, more, same bool) {
 	n := len(in.Owners)
+	if len(p.target) != n {
+		return nil, false, false
+	}
 	at := true
 	for _, o := range in.Owners {
 		t, ok := p.target[o.Name]
-		if !ok || len(p.target) != n {
+		if !ok {
 			return nil, false, false
 		}
 		at = at && t == o.VNodes
@@ -261,7 +264,7 @@ func (p *fitPolicy) toward(in BalanceInput) (moves []VNodeMove, more, same bool)
 	if at {
 		return nil, false, true
 	}
-	plan := newFitPlanOf(in, min(fitSearchRounds*in.MaxMoves, in.Ring.Len()), true)
+	plan := searchPlan(in)
 	from := slices.Clone(plan.v)
 	lo, hi := make([]int, n), make([]int, n)
 	for i, name := range plan.name {

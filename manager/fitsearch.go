@@ -72,11 +72,8 @@ func (a searchScore) better(b searchScore, mean float64) bool {
 }
 
 // setCount puts owner o's entries on or off the plan's ring until it has
-// w; false if its list has too few entries.
-func (p *fitPlan) setCount(o, w int) bool {
-	if w < 1 || w > len(p.pos[o]) {
-		return false
-	}
+// w, from 1 to len(p.pos[o]).
+func (p *fitPlan) setCount(o, w int) {
 	for p.v[o] > w {
 		p.v[o]--
 		p.toggle(int(p.pos[o][p.v[o]]))
@@ -85,7 +82,6 @@ func (p *fitPlan) setCount(o, w int) bool {
 		p.toggle(int(p.pos[o][p.v[o]]))
 		p.v[o]++
 	}
-	return true
 }
 
 // moveCost is the virtual nodes that reach counts v from from.
@@ -142,11 +138,10 @@ func (p *fitPlan) climb(from, lo, hi []int, maxCost int, mean float64, force boo
 	return cur
 }
 
-// search returns the counts fit aims for in this episode and the model's
-// highest load there, or nil if none is fitProgress of the mean better
-// than the current counts within maxCost virtual nodes moved. The plan
-// is left as it was.
-func (p *fitPlan) search(maxCost int) ([]int, float64) {
+// search returns the counts fit aims for in this episode, or nil if none
+// is fitProgress of the mean better on the model than the current counts
+// within maxCost virtual nodes moved. The plan is left as it was.
+func (p *fitPlan) search(maxCost int) []int {
 	mean := p.total / float64(p.n)
 	from := slices.Clone(p.v)
 	start := p.score()
@@ -158,15 +153,12 @@ func (p *fitPlan) search(maxCost int) ([]int, float64) {
 	}
 	var best []int
 	bestScore := start
-	try := func() {
-		m := p.mark()
-		if sc := p.climb(from, lo, hi, maxCost, mean, false); sc.better(bestScore, mean) {
-			best, bestScore = slices.Clone(p.v), sc
-		}
-		p.rollback(m)
-	}
 	bounds()
-	try()
+	m := p.mark()
+	if sc := p.climb(from, lo, hi, maxCost, mean, false); sc.better(bestScore, mean) {
+		best, bestScore = slices.Clone(p.v), sc
+	}
+	p.rollback(m)
 	// The hottest key's placements.
 	hk := -1
 	for k := range p.hot {
@@ -230,9 +222,15 @@ func (p *fitPlan) search(maxCost int) ([]int, float64) {
 	}
 	p.undo = p.undo[:0]
 	if best == nil || bestScore.mx > start.mx-fitProgress*mean {
-		return nil, start.mx
+		return nil
 	}
-	return best, bestScore.mx
+	return best
+}
+
+// searchPlan is the plan fit's search and its rounds toward a target work
+// on: every owner may take, up to the search's budget.
+func searchPlan(in BalanceInput) *fitPlan {
+	return newFitPlanOf(in, min(fitSearchRounds*in.MaxMoves, in.Ring.Len()), true)
 }
 
 // startWithin is a first point within [lo, hi] summing to the sum of

@@ -64,9 +64,8 @@ func BenchmarkFitSearch(b *testing.B) {
 			z := newZipfPoolOf(owners, 1.1, 100_000, 1)
 			z.hot = true
 			in, _ := z.round(0, true)
-			budget := fitSearchRounds * in.MaxMoves
 			for b.Loop() {
-				newFitPlanOf(in, budget, true).search(budget)
+				searchPlan(in).search(fitSearchRounds * in.MaxMoves)
 			}
 		})
 	}
