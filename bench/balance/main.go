@@ -144,7 +144,16 @@ func main() {
 // shows the same run). "-" with -drain=false.
 var republishedAfterDrain = func(zipf float64, policy string) string { return "-" }
 
-// lossEvent is one loss notification of a namespace's Lookup.
+// lossTime is a loss notification as the Lookup's upcall records it.
+type lossTime struct {
+	at     time.Time
+	ranges int
+	all    bool
+}
+
+// lossEvent is one loss notification of a namespace's Lookup, in the
+// result: seconds since the load started (negative: between the counters'
+// reset and the start).
 type lossEvent struct {
 	At     float64 `json:"at"`
 	Ranges int     `json:"ranges"`
@@ -182,8 +191,8 @@ type nsRun struct {
 	// ranges they named.
 	Losses     uint64 `json:"loss_notifications"`
 	LossRanges uint64 `json:"loss_ranges"`
-	// LossLog is each loss notification after the load started: seconds
-	// since then, ranges named, and whether it said all state may be lost.
+	// LossLog is each loss notification counted: seconds since the load
+	// started, ranges named, and whether it said all state may be lost.
 	LossLog     []lossEvent `json:"loss_log,omitempty"`
 	Unserved    uint64      `json:"unserved"`      // requests no owner admitted (in transit between owners)
 	Served      uint64      `json:"served"`        // requests admitted
@@ -198,12 +207,9 @@ type nsRun struct {
 	served []atomic.Uint64 // per owner, since the start
 	prev   []uint64
 	unsrv  atomic.Uint64
-	lossN  atomic.Uint64
-	lossR  atomic.Uint64
 	lossMu sync.Mutex
-	losses []lossEvent
-	t0     atomic.Int64 // the load's start, ns since the epoch; 0 before
-	keys   [2][]uint64  // key hashes by rank, per phase
+	losses []lossTime  // since the counters were reset, before the load
+	keys   [2][]uint64 // key hashes by rank, per phase
 	cdf    []float64
 	lns    []net.Listener
 	mu     sync.Mutex
@@ -310,13 +316,9 @@ func run(ctx context.Context, o options, logw io.Writer) (*result, error) {
 		r := r
 		lk, err := lb.NewLookup(lb.LookupConfig{Managers: []string{grpcAddr}, Namespace: r.Name, Name: "bench-" + r.Name,
 			OnLoss: func(rs []ring.Range, all bool) {
-				r.lossN.Add(1)
-				r.lossR.Add(uint64(len(rs)))
-				if t0 := r.t0.Load(); t0 != 0 {
-					r.lossMu.Lock()
-					r.losses = append(r.losses, lossEvent{At: time.Since(time.Unix(0, t0)).Seconds(), Ranges: len(rs), All: all})
-					r.lossMu.Unlock()
-				}
+				r.lossMu.Lock()
+				r.losses = append(r.losses, lossTime{time.Now(), len(rs), all})
+				r.lossMu.Unlock()
 			}})
 		if err != nil {
 			return nil, err
@@ -358,15 +360,13 @@ func run(ctx context.Context, o options, logw io.Writer) (*result, error) {
 			return nil, err
 		}
 		base[r.Name] = m
-		r.lossN.Store(0)
-		r.lossR.Store(0)
+		r.lossMu.Lock()
+		r.losses = nil
+		r.lossMu.Unlock()
 	}
 
 	// Load: one generator per namespace.
 	start := time.Now()
-	for _, r := range runs {
-		r.t0.Store(start.UnixNano())
-	}
 	var phase atomic.Int32
 	var wg sync.WaitGroup
 	for _, r := range runs {
@@ -414,9 +414,12 @@ func run(ctx context.Context, o options, logw io.Writer) (*result, error) {
 		// A loss upcall comes after the table it belongs to, from the
 		// lookup's own goroutine; Close delivers those still queued.
 		r.lookup.Close()
-		r.Losses, r.LossRanges = r.lossN.Load(), r.lossR.Load()
 		r.lossMu.Lock()
-		r.LossLog = slices.Clone(r.losses)
+		for _, l := range r.losses {
+			r.LossLog = append(r.LossLog, lossEvent{At: l.at.Sub(start).Seconds(), Ranges: l.ranges, All: l.all})
+			r.LossRanges += uint64(l.ranges)
+		}
+		r.Losses = uint64(len(r.losses))
 		r.lossMu.Unlock()
 		r.Unserved = r.unsrv.Load()
 		for i := range r.served {
