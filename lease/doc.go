@@ -23,8 +23,12 @@
 // out of the ring and, since Held is empty, releases all its leases and
 // grants them to the others in the same step, rather than T·65/60 later. The
 // order is the safety argument: the owner's belief has ended before any
-// other owner can be granted what it held. A leaving request dropped as
-// racing changes nothing: the leases then expire as after a crash.
+// other owner can be granted what it held. A leaving request that races a
+// message to the owner (it does not acknowledge it) is still taken as a
+// leave, and as nothing more: the race filter guards against a Held list
+// written without a grant the owner would go on to believe, and a leaving
+// owner believes nothing, whatever reaches it later. Its Migrated ranges
+// then count as plain releases.
 //
 // State migration (manager/migrate.go, ownerguard/core_migrate.go): an
 // owner that serves MigrationService names it (MigrationAddr). A recall

@@ -39,6 +39,7 @@ type Stats struct {
 	Grants, Recalls, Releases, Expiries     uint64
 	Refused, SessionExpiries, RaceResends   uint64
 	Leaves                                  uint64 // clean leaves accepted (lease.LeaseRequest.Leaving)
+	AcceptedRacingLeaves                    uint64 // leaving requests that raced a message to the owner, taken as leaves all the same
 	FastConfirms                            uint64 // requests that confirmed the latest message's grants without a walk of the owner's arcs (confirmsMessage)
 	RefusedAddr                             uint64 // sessions refused: their address was another live owner's
 	RefusedOversize                         uint64 // requests listing more ranges than MaxRangesPerRing allows

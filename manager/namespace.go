@@ -380,16 +380,27 @@ func (n *namespace) request(req lease.LeaseRequest, now time.Time) (Output, erro
 		opening = true
 	}
 	if !opening && filter && req.AckSeq != s.mySeq {
-		// A racing leaving request is dropped like any other: the owner
-		// has stopped believing all the same, but the manager does not
-		// act on it, and the owner's arcs expire T·65/60 after its last
-		// accepted request, as after a crash.
-		st.DroppedRacing++
-		if s.resendAt.IsZero() {
-			s.resendAt = now.Add(n.m.backoff())
-			n.deadlines.push(deadline{at: s.resendAt.UnixNano(), kind: resend, s: s})
+		if !req.Leaving {
+			st.DroppedRacing++
+			if s.resendAt.IsZero() {
+				s.resendAt = now.Add(n.m.backoff())
+				n.deadlines.push(deadline{at: s.resendAt.UnixNano(), kind: resend, s: s})
+			}
+			return n.step(now), nil
 		}
-		return n.step(now), nil
+		// A racing leaving request is taken as a leave and nothing else.
+		// The filter keeps the manager from reading a Held list written
+		// without a message the owner had not seen (a grant it would go
+		// on to believe); a leaving owner believes nothing from the
+		// moment it sent this, whatever reaches it later (ownerguard's
+		// Core.Leave), so its empty Held stays true, and its arcs go to
+		// the others now rather than T·65/60 after its last accepted
+		// request, as after a crash. What it says beyond leaving answers
+		// messages it may not have seen: its Migrated ranges are taken
+		// as plain releases (with loss, never as clean handovers), its
+		// refusals and load are ignored.
+		st.AcceptedRacingLeaves++
+		req.Migrated, req.Refused, req.Load = nil, nil, nil
 	}
 	st.Accepted++
 	s.awaiting = false // it answered the latest message, or opens

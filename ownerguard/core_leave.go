@@ -9,15 +9,17 @@ import (
 // Leave ends the incarnation cleanly. It drops everything held, at once and
 // whatever the expiry times, and returns the last request to send: Held
 // empty, Leaving set, under the next sequence number and acknowledging the
-// last response heard, like any request, so that the manager's race filter
-// judges it like any other. Output.Revoked lists every range that was held.
+// last response heard, like any request. Output.Revoked lists every range
+// that was held.
 //
 // The order is the safety argument of a clean leave: the shell must publish
 // the Core's View (now empty) before it sends the request, so that no check
 // succeeds once the manager may regrant what was held. A manager that
 // accepts the request takes the owner out of the ring and grants its arcs to
-// the others at once; one that drops it as racing lets them expire, as after
-// a crash.
+// the others at once. It does so even when the request races a message to
+// this owner (a manager accepts a racing leaving request as a leave, and
+// nothing more: its Migrated ranges count as plain releases), which is safe
+// only because a Core that has left never believes anything again.
 //
 // After Leave the Core is done: Step, Tick and Resend do nothing, as before
 // Start, NextDeadline is the zero time, and Left reports true; Start must

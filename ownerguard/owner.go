@@ -257,8 +257,9 @@ func (o *Owner) Err() error {
 // regrants its arcs to the other owners at once rather than when they
 // expire, T·65/60 later. If a request is awaiting its answer, Close waits
 // for that answer first (without taking anything it grants), since the
-// manager drops a request that does not acknowledge its latest message;
-// then the leaving request goes out and the stream is half-closed so the
+// manager takes a leaving request that does not acknowledge its latest
+// message as a leave and nothing more (ranges it lists as migrated count as
+// plain releases); then the leaving request goes out and the stream is half-closed so the
 // manager learns the session is over. With OwnerConfig.Migration, Close
 // first asks the manager to move every range elsewhere with its state and
 // serves what is not yet recalled meanwhile, for up to HandoverTimeout

@@ -42,6 +42,7 @@ func main() {
 	}
 	fmt.Printf("elapsed %v on %d workers\n", time.Since(start).Round(time.Millisecond), *jobs)
 	fmt.Printf("balancing: %d virtual nodes moved in %d moving rounds, in %d of the seeds\n", sum.vnodesMoved, sum.movingRounds, sum.balanced)
+	fmt.Printf("clean leaves accepted: %d, of which %d raced a message to the owner\n", sum.leaves, sum.racingLeaves)
 	fmt.Printf("seeds=%d events=%d violations=%d\n", *seeds, sum.events, sum.violations)
 	if sum.violations > 0 {
 		os.Exit(1)
@@ -51,6 +52,7 @@ func main() {
 type summary struct {
 	events, violations        uint64
 	vnodesMoved, movingRounds uint64
+	leaves, racingLeaves      uint64
 	balanced                  int // seeds in which the policy moved a virtual node
 	failed                    []Result
 }
@@ -79,6 +81,8 @@ func runSeeds(first uint64, n, jobs int, log io.Writer) summary {
 	for _, r := range results {
 		s.events += r.Events
 		s.vnodesMoved += r.VNodesMoved
+		s.leaves += r.Leaves
+		s.racingLeaves += r.RacingLeaves
 		s.movingRounds += r.MovingRounds
 		if r.VNodesMoved > 0 {
 			s.balanced++

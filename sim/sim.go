@@ -108,8 +108,11 @@ type world struct {
 	load    *loadModel
 	// vnodesMoved and movingRounds: balancing of earlier leaders.
 	vnodesMoved, movingRounds uint64
-	log                       io.Writer
-	faults                    bool // the fault phase is on
+	// leaves and racingLeaves: clean leaves earlier leaders accepted, and
+	// how many of those raced a message to the owner.
+	leaves, racingLeaves uint64
+	log                  io.Writer
+	faults               bool // the fault phase is on
 }
 
 func newWorld(p Params, log io.Writer) *world {
@@ -179,14 +182,20 @@ type Result struct {
 	// VNodesMoved and MovingRounds count the balancing policy's moves,
 	// over every leader of the run.
 	VNodesMoved, MovingRounds uint64
+	// Leaves counts the clean leaves accepted, RacingLeaves those of them
+	// that did not acknowledge the manager's latest message.
+	Leaves, RacingLeaves uint64
 }
 
-// addBalanceStats adds the current leader's balancing counters to the
-// run's (a failover starts the counters afresh).
+// addBalanceStats adds the current leader's balancing and leave counters
+// to the run's (a failover starts the counters afresh).
 func (w *world) addBalanceStats() {
 	bs, _ := w.mgr.core.BalanceStats(namespace)
 	w.vnodesMoved += bs.VNodesMoved
 	w.movingRounds += bs.MovingRounds
+	st := w.mgr.core.Stats()
+	w.leaves += st.Leaves
+	w.racingLeaves += st.AcceptedRacingLeaves
 }
 
 // run executes the whole schedule: faults, then quiet until the liveness
@@ -223,7 +232,8 @@ func runWorld(w *world) Result {
 		w.summary()
 	}
 	w.addBalanceStats()
-	return Result{Seed: p.Seed, Events: w.s.count, Violations: w.check.found, VNodesMoved: w.vnodesMoved, MovingRounds: w.movingRounds}
+	return Result{Seed: p.Seed, Events: w.s.count, Violations: w.check.found, VNodesMoved: w.vnodesMoved, MovingRounds: w.movingRounds,
+		Leaves: w.leaves, RacingLeaves: w.racingLeaves}
 }
 
 // summary prints what the protocol did in a verbose run.
