@@ -43,7 +43,7 @@ type managerNode struct {
 // failover replaces the leader: a new lease core restored from the
 // replicated state under a new nonce, as a new raft leader would.
 func (m *managerNode) failover() {
-	m.w.addBalanceStats()
+	m.w.addLeaderStats()
 	m.cfg.Nonce = m.w.s.rnd.Uint64() | 1
 	core, err := manager.Restore(m.cfg, []manager.NamespaceState{m.state}, m.now())
 	if err != nil {

@@ -187,9 +187,9 @@ type Result struct {
 	Leaves, RacingLeaves uint64
 }
 
-// addBalanceStats adds the current leader's balancing and leave counters
+// addLeaderStats adds the current leader's balancing and leave counters
 // to the run's (a failover starts the counters afresh).
-func (w *world) addBalanceStats() {
+func (w *world) addLeaderStats() {
 	bs, _ := w.mgr.core.BalanceStats(namespace)
 	w.vnodesMoved += bs.VNodesMoved
 	w.movingRounds += bs.MovingRounds
@@ -231,7 +231,7 @@ func runWorld(w *world) Result {
 	if log != nil {
 		w.summary()
 	}
-	w.addBalanceStats()
+	w.addLeaderStats()
 	return Result{Seed: p.Seed, Events: w.s.count, Violations: w.check.found, VNodesMoved: w.vnodesMoved, MovingRounds: w.movingRounds,
 		Leaves: w.leaves, RacingLeaves: w.racingLeaves}
 }
