@@ -34,6 +34,9 @@ const (
 	DefaultMaxHeaderBytes   = 16 << 10
 	DefaultMaxBodyBytes     = 4 << 20
 	DefaultMaxConnsPerOwner = 512
+	// DefaultPipelineConns and DefaultPipelineDepth: see Config.PipelineConns.
+	DefaultPipelineConns = 4
+	DefaultPipelineDepth = 8
 	// DefaultMaxConnsPerIP lets one client address hold a busy front end's
 	// pool of connections, but not the proxy's MaxConns.
 	DefaultMaxConnsPerIP = 256
@@ -178,6 +181,23 @@ type Config struct {
 	// MaxConnsPerOwner limits connections to each owner. A request finding
 	// all of them busy waits for one up to RetryBudget. Default 512.
 	MaxConnsPerOwner int
+	// PipelineConns and PipelineDepth set HTTP/1.1 pipelining to owners
+	// over plain TCP. While fewer than PipelineConns connections to an
+	// owner carry requests, each request gets a connection of its own, as
+	// without pipelining. Beyond, an idempotent request is written at once
+	// behind the others on the busy connection with the fewest in flight,
+	// if fewer than PipelineDepth are (never behind a non-idempotent
+	// one), and if the owner's fastest answer among its last 256 took at
+	// most 200 µs; otherwise it takes an idle or new connection. A busy,
+	// fast owner then reads several requests at once and answers them in
+	// one write, and the proxy reads several answers at once. The cost: a
+	// request waits for the answers before its own (head-of-line
+	// blocking), and if one of those fails, it fails after it was sent
+	// (retried, as it is idempotent). A slow owner (an answer never under
+	// 200 µs) gets its requests in parallel, as without pipelining.
+	// Defaults 4 and 8; PipelineDepth 1 turns pipelining off.
+	PipelineConns int
+	PipelineDepth int
 
 	// Dial, if set, connects to an owner (for tests: an in-memory
 	// listener). Nil means TCP with DialTimeout.
@@ -243,6 +263,8 @@ func (c Config) withDefaults() Config {
 	defN(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	defN(&c.MaxBodyBytes, DefaultMaxBodyBytes)
 	defN(&c.MaxConnsPerOwner, DefaultMaxConnsPerOwner)
+	defN(&c.PipelineConns, DefaultPipelineConns)
+	defN(&c.PipelineDepth, DefaultPipelineDepth)
 	defN(&c.MaxConnsPerIP, max(1, min(DefaultMaxConnsPerIP, c.MaxConns/2)))
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -305,6 +327,7 @@ func (c Config) Validate() error {
 	}{
 		{"max connections", c.MaxConns}, {"max header bytes", c.MaxHeaderBytes},
 		{"max body bytes", c.MaxBodyBytes}, {"max connections per owner", c.MaxConnsPerOwner},
+		{"pipeline connections", c.PipelineConns}, {"pipeline depth", c.PipelineDepth},
 	} {
 		if n.v < 0 {
 			return fmt.Errorf("%w: %s %d is negative", ErrConfig, n.name, n.v)

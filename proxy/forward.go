@@ -111,7 +111,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, c *counterShard) {
 			if attempt > 0 {
 				now = time.Now()
 			}
-			switch last = p.attempt(ctx, c, pick, s, now, attemptDeadline); {
+			switch last = p.attempt(ctx, c, pick, s, idempotent, now, attemptDeadline); {
 			case last == answered, last == lost && !idempotent:
 				// The owner's hop-by-hop headers were left out (copyHead);
 				// the server closes the client's connection if the client
@@ -148,36 +148,52 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, c *counterShard) {
 
 // attempt sends the request to pick's owner once, starting at now. Writing the request and
 // reading the answer take UpstreamTimeout at most, and the whole attempt,
-// waiting for a free connection included, ends by deadline.
-func (p *Proxy) attempt(ctx *fasthttp.RequestCtx, c *counterShard, pick lb.Pick, s *scratch, now, deadline time.Time) outcome {
+// waiting for a free connection included, ends by deadline (a pipelined
+// request, waiting for the answers before its own, by UpstreamTimeout
+// after the attempt's start or deadline, whichever is later).
+func (p *Proxy) attempt(ctx *fasthttp.RequestCtx, c *counterShard, pick lb.Pick, s *scratch, idempotent bool, now, deadline time.Time) outcome {
 	c.attempts.Add(1)
 	o := p.owners.get(pick.Addr)
 	if pick.Gen != 0 {
 		setGeneration(&ctx.Request, uint64(pick.Gen), s)
 	}
-	conn, idle, err := o.pool.get(now, deadline)
+	s.w = appendRequest(s.w[:0], &ctx.Request)
+	var pipe []byte
+	if idempotent {
+		pipe = s.w
+		if s.turn == nil {
+			s.turn = make(chan struct{}, 1)
+		}
+	}
+	conn, how, err := o.pool.acquire(now, deadline, pipe, s.turn)
 	if err != nil {
 		c.refused.Add(1)
 		return refused
 	}
-	if !idle {
+	if how == gotWaited {
 		now = time.Now() // dialled it, or waited for it
 	}
 	start := int64(now.Sub(epoch))
 	resp := &ctx.Response
 	resp.Reset()
-	keep, err := conn.roundTrip(&ctx.Request, resp, now, p.cfg.UpstreamTimeout, deadline)
+	head := ctx.Request.Header.IsHead()
+	var keep bool
+	svcStart := start
+	if how == gotPipelined {
+		c.pipelined.Add(1)
+		<-s.turn
+		svcStart = int64(time.Since(epoch))
+		keep, err = conn.answerTurn(resp, head, now, p.cfg.UpstreamTimeout, deadline)
+	} else {
+		keep, err = conn.send(s.w, pipe != nil, resp, head, now, p.cfg.UpstreamTimeout, deadline)
+	}
 	end := conn.readTime.Load()
 	if err != nil {
 		end = int64(time.Since(epoch))
 	}
 	conn.lat.observe(time.Duration(end - start))
 	isLost := conn.head.lost
-	if keep {
-		o.pool.put(conn)
-	} else {
-		o.pool.discard(conn)
-	}
+	o.pool.done(conn, keep && err == nil, time.Duration(max(end-svcStart, 0)))
 	switch {
 	case err == nil && resp.StatusCode() == fasthttp.StatusMisdirectedRequest:
 		c.misroutes.Add(1)

@@ -55,6 +55,8 @@ type scratch struct {
 	ip    []byte                 // the client's address, when its connection did not format it
 	gen   []byte                 // the Fuge-Generation value
 	req   fasthttp.RequestHeader // a copy to walk when AllInOrder cannot
+	w     []byte                 // the request as sent to the owner
+	turn  chan struct{}          // a pipelined request's turn to read (connPool.acquire)
 }
 
 // span is one header in scratch.kv: the name is kv[start:mid], the value

@@ -32,6 +32,9 @@ type Stats struct {
 	// GiveUps counts requests answered 503 or 502 because the retry budget
 	// ran out.
 	GiveUps uint64
+	// Pipelined counts attempts written behind others on a busy owner
+	// connection (Config.PipelineDepth).
+	Pipelined uint64
 	// Owners is the number of owner connection pools held.
 	Owners int
 	// RefusedConns counts client connections closed at once because their
@@ -54,7 +57,8 @@ type counterShard struct {
 	responses                        [6]atomic.Uint64
 	attempts, retries, misroutes     atomic.Uint64
 	refused, upstreamErrors, giveUps atomic.Uint64
-	_                                [128 - 12*8]byte
+	pipelined                        atomic.Uint64
+	_                                [128 - 13*8]byte
 }
 
 // shard returns the shard of client connection id.
@@ -142,6 +146,8 @@ func newMetrics(c *counters, healthy func() bool, owners func() int, latency fun
 			sharded(func(s *counterShard) *atomic.Uint64 { return &s.upstreamErrors }), nil),
 		counter("abandoned_connections_total", "Connections to owners that left the lease table, closed with any attempt waiting on them.", c.abandoned.Load, nil),
 		counter("refused_client_conns_total", "Client connections refused because their address held MaxConnsPerIP already.", c.refusedConns.Load, nil),
+		counter("pipelined_total", "Attempts written behind others on a busy connection to an owner (HTTP/1.1 pipelining).",
+			sharded(func(s *counterShard) *atomic.Uint64 { return &s.pipelined }), nil),
 		counter("give_ups_total", "Requests answered 503 or 502 after the retry budget ran out.",
 			sharded(func(s *counterShard) *atomic.Uint64 { return &s.giveUps }), nil),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fuge_proxy_healthy", Help: "1 when the balancer has a table."},

@@ -49,7 +49,28 @@ type connPool struct {
 	all     map[*upConn]struct{} // every open connection, for abandonWaiting and the histogram
 	closed  latencyCounts        // the histogram counts of closed connections
 	gone    bool                 // closeIdle ran: connections put back are closed
+
+	// Pipelining (acquire): with pipeConns plain TCP connections busy,
+	// an idempotent request goes behind the others on the busy one with
+	// the fewest in flight, up to pipeDepth; busy lists them.
+	pipeConns, pipeDepth int
+	busy                 []*upConn
+	// The owner's service time, as the fastest answer in a window of
+	// serviceWindow (a minimum, as BBR's round-trip time: the answers'
+	// queueing falls out). Pipelining waits for a fast window: behind a
+	// slow answer a request would wait for it, and a slow owner wants
+	// its requests in parallel, not in line.
+	fastest, winFastest time.Duration // the last window's, this one's
+	winN                int
+	pipeMax             time.Duration // pipelineMaxService, or a test's
 }
+
+// serviceWindow is how many answers a service-time window takes;
+// pipelineMaxService is the service time up to which pipelining is on.
+const (
+	serviceWindow      = 256
+	pipelineMaxService = 200 * time.Microsecond
+)
 
 // newPool returns the pool to addr. With tlsConf, the handshake is part of
 // the dial: a failed one is a dialError like a refused connection (nothing
@@ -90,6 +111,16 @@ func newPool(addr string, dial func(string) (net.Conn, error), tlsConf *tls.Conf
 		},
 	}
 	p.probeAfter.Store(int64(probeAfter))
+	p.fastest = time.Hour // no pipelining before a window of answers
+	p.pipeMax = pipelineMaxService
+	return p
+}
+
+// newPipelinedPool is newPool with pipelining: requests pipelined behind
+// others once pipeConns connections are busy, up to depth on each (1: never).
+func newPipelinedPool(addr string, dial func(string) (net.Conn, error), tlsConf *tls.Config, dialTimeout time.Duration, max, pipeConns, depth int) *connPool {
+	p := newPool(addr, dial, tlsConf, dialTimeout, max)
+	p.pipeConns, p.pipeDepth = pipeConns, depth
 	return p
 }
 
@@ -113,6 +144,7 @@ func (p *connPool) get(now, deadline time.Time) (c *upConn, idle bool, err error
 		c := p.idle[len(p.idle)-1]
 		p.idle[len(p.idle)-1] = nil
 		p.idle = p.idle[:len(p.idle)-1]
+		p.takeLocked(c)
 		p.mu.Unlock()
 		if nowNs-c.idleAt >= p.probeAfter.Load() && !c.usable() {
 			p.discard(c)
@@ -147,6 +179,117 @@ func (p *connPool) get(now, deadline time.Time) (c *upConn, idle bool, err error
 		p.put(c)
 	}
 	return nil, false, errNoFreeConns
+}
+
+// How acquire found a connection.
+const (
+	gotIdle      = iota // idle: the request has it alone, at once
+	gotWaited           // put back or dialled while the request waited
+	gotPipelined        // the request was written behind others on it
+)
+
+// acquire is get for a request whose bytes are w (nil: it must not be
+// pipelined, as it is not idempotent or not plain TCP). When pipeConns
+// connections are busy, w is written at once behind the requests on the
+// busy connection with the fewest in flight, if that is fewer than
+// pipeDepth and every request on it may be pipelined (RFC 9112 §9.3.2:
+// none behind a non-idempotent one), and the request's turn to read its
+// answer comes on turn (connPool.done of the request before it). Up to
+// pipeConns requests at once, an owner gets them on connections of their
+// own, as without pipelining; beyond, pipelining saves the owner and the
+// proxy a read and a write for each request an answer batch carries.
+func (p *connPool) acquire(now, deadline time.Time, w []byte, turn chan struct{}) (c *upConn, how int, err error) {
+	if w != nil && p.pipeDepth > 1 {
+		p.mu.Lock()
+		if len(p.busy) >= p.pipeConns && p.fastest <= p.pipeMax && !p.gone {
+			var best *upConn
+			for _, b := range p.busy {
+				if b.inflight < p.pipeDepth && (best == nil || b.inflight < best.inflight) && b.pipeable.Load() && !b.broken.Load() {
+					best = b
+				}
+			}
+			if best != nil && best.pipeWrite(w, deadline) {
+				best.wrote.Store(int64(now.Sub(epoch)))
+				best.inflight++
+				best.turns = append(best.turns, turn)
+				p.mu.Unlock()
+				return best, gotPipelined, nil
+			}
+		}
+		p.mu.Unlock()
+	}
+	c, idle, err := p.get(now, deadline)
+	if idle {
+		return c, gotIdle, err
+	}
+	return c, gotWaited, err
+}
+
+// takeLocked marks c, idle or new, busy with one request. The caller
+// holds p.mu.
+func (p *connPool) takeLocked(c *upConn) {
+	c.inflight = 1
+	c.pipeable.Store(false)
+	if c.raw != nil && p.pipeDepth > 1 {
+		c.busyAt = len(p.busy)
+		p.busy = append(p.busy, c)
+	}
+}
+
+// done ends a request on c: keep reports that its answer came whole and
+// the owner keeps the connection; svc, if not negative, is how long the
+// owner took to answer (from the write, or for a pipelined request from
+// its turn). The next pipelined request on c gets
+// its turn, or, if none is left, c goes to a waiting request or the idle
+// stack, or is closed if it failed, the owner closes it, or it holds
+// bytes no request asked for. Once one answer failed every request behind
+// it fails (errPipelineBroken): their answers cannot be told apart.
+func (p *connPool) done(c *upConn, keep bool, svc time.Duration) {
+	if !keep {
+		c.broken.Store(true)
+	}
+	p.mu.Lock()
+	if svc >= 0 && keep {
+		p.sampleLocked(svc)
+	}
+	c.inflight--
+	if c.inflight > 0 {
+		next := c.turns[0]
+		c.turns = c.turns[:copy(c.turns, c.turns[1:])]
+		p.mu.Unlock()
+		if !keep {
+			c.nc.Close() // no more is read; c.close comes with the last
+		}
+		next <- struct{}{}
+		return
+	}
+	if i := c.busyAt; i >= 0 {
+		last := p.busy[len(p.busy)-1]
+		p.busy[i], last.busyAt = last, i
+		p.busy[len(p.busy)-1] = nil
+		p.busy = p.busy[:len(p.busy)-1]
+		c.busyAt = -1
+	}
+	if c.broken.Load() || c.r != c.w {
+		p.open--
+		p.dialForWaitersLocked()
+		p.mu.Unlock()
+		c.close()
+		return
+	}
+	c.idleAt = c.readTime.Load()
+	p.handUnlock(c)
+}
+
+// sampleLocked counts an answer that took svc in the service-time window.
+// The caller holds p.mu.
+func (p *connPool) sampleLocked(svc time.Duration) {
+	if p.winN == 0 || svc < p.winFastest {
+		p.winFastest = svc
+	}
+	if p.winN++; p.winN == serviceWindow {
+		p.fastest, p.winN = p.winFastest, 0
+	}
 }
 
 // handed is what a waiting request got: a connection, or nil when a dial
@@ -200,11 +343,7 @@ func (p *connPool) dialAhead() {
 
 // put hands c, after a complete answer, to a waiting request or back to
 // the idle stack. It idles from the last read of the answer.
-func (p *connPool) put(c *upConn) {
-	c.idleAt = c.readTime.Load()
-	p.mu.Lock()
-	p.handUnlock(c)
-}
+func (p *connPool) put(c *upConn) { p.done(c, true, -1) }
 
 // handUnlock hands c to the first waiting request, or back to the idle
 // stack, or closes it once the pool is gone; then starts the dials the
@@ -218,6 +357,7 @@ func (p *connPool) handUnlock(c *upConn) {
 	case len(p.waiters) > 0:
 		w = p.waiters[0]
 		p.waiters = p.waiters[:copy(p.waiters, p.waiters[1:])]
+		p.takeLocked(c)
 	case p.gone:
 		p.open--
 		drop = true
@@ -233,19 +373,9 @@ func (p *connPool) handUnlock(c *upConn) {
 	}
 }
 
-// discard closes c, which is not in the idle stack, and frees its slot.
-func (p *connPool) discard(c *upConn) {
-	c.close()
-	p.release()
-}
-
-// release frees a slot: the pool may dial in it for a waiting request.
-func (p *connPool) release() {
-	p.mu.Lock()
-	p.open--
-	p.dialForWaitersLocked()
-	p.mu.Unlock()
-}
+// discard ends a request on c that failed: c is closed once no request
+// is left on it, and its slot freed.
+func (p *connPool) discard(c *upConn) { p.done(c, false, -1) }
 
 // forget takes a closed connection out of the set, keeping its histogram
 // counts.

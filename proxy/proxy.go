@@ -95,7 +95,7 @@ func New(cfg Config) (*Proxy, error) {
 		dial = func(addr string) (net.Conn, error) { return d.Dial("tcp", addr) }
 	}
 	p.owners = newOwners(func(addr string) *owner {
-		return &owner{addr: addr, pool: newPool(addr, dial, cfg.BackendTLS, cfg.DialTimeout, cfg.MaxConnsPerOwner)}
+		return &owner{addr: addr, pool: newPipelinedPool(addr, dial, cfg.BackendTLS, cfg.DialTimeout, cfg.MaxConnsPerOwner, cfg.PipelineConns, cfg.PipelineDepth)}
 	})
 	p.m = newMetrics(&p.c, p.Healthy, p.owners.len, p.owners.latency)
 	p.server = &fasthttp.Server{
@@ -264,6 +264,7 @@ func (p *Proxy) Stats() Stats {
 	s.Refused = p.c.sum(func(c *counterShard) *atomic.Uint64 { return &c.refused })
 	s.UpstreamErrors = p.c.sum(func(c *counterShard) *atomic.Uint64 { return &c.upstreamErrors })
 	s.GiveUps = p.c.sum(func(c *counterShard) *atomic.Uint64 { return &c.giveUps })
+	s.Pipelined = p.c.sum(func(c *counterShard) *atomic.Uint64 { return &c.pipelined })
 	s.Owners = p.owners.len()
 	s.RefusedConns = p.c.refusedConns.Load()
 	return s

@@ -37,7 +37,7 @@ type upConn struct {
 
 	buf  []byte // bytes read from the owner, buf[r:w] not yet used
 	r, w int
-	wbuf []byte // the request being written
+	wbuf []byte // roundTrip's request
 	head respHead
 
 	// exchange's and fill's state, shared with exchangeFn and readFn.
@@ -57,7 +57,29 @@ type upConn struct {
 	wrote, readTime atomic.Int64
 	once            sync.Once
 	lat             latencyCounts // this connection's share of the owner's histogram
+
+	// Pipelining (connPool.acquire). pipeOK is send's pipe; pipeable is
+	// set once the request that took c idle was written, if it may have
+	// requests behind it; broken, once an answer failed or the owner
+	// closes after it: the requests behind fail. The rest is the pool's,
+	// under its lock: inflight counts the requests sent and not yet done
+	// (the one reading included), turns holds the waiting ones' turns in
+	// the order they were written, busyAt is c's index in pool.busy.
+	pipeOK   bool
+	pipeable atomic.Bool
+	broken   atomic.Bool
+	inflight int
+	turns    []chan struct{}
+	busyAt   int
+	pw       []byte // pipeWrite's bytes left
+	pwErr    syscall.Errno
+	pwFn     func(fd uintptr) bool
 }
+
+// errPipelineBroken: an answer before a pipelined request's failed, or
+// the owner closed the connection after it, so this request's answer
+// will not come. The request was sent, and may have been executed.
+var errPipelineBroken = errors.New("proxy: an earlier answer on the pipelined connection failed")
 
 // errNoFreeConns: every connection to the owner stayed busy until the
 // attempt's deadline.
@@ -85,18 +107,102 @@ func newUpConn(nc net.Conn, pool *connPool) *upConn {
 			c.raw = raw
 		}
 	}
-	c.exchangeFn, c.readFn = c.exchangeStep, c.readStep
+	c.exchangeFn, c.readFn, c.pwFn = c.exchangeStep, c.readStep, c.pipeWriteStep
+	c.busyAt = -1
 	return c
 }
 
-// roundTrip sends req and reads the owner's answer into resp. resp is
-// filled only when err is nil; keep reports whether the connection may
-// carry another request.
+// pipeWrite writes w, a whole request, behind the requests in flight on c,
+// without waiting: the pool calls it under its lock, so that requests are
+// written in the order of their turns. It reports false, having written
+// nothing, when the socket's buffer is full. A write that the buffer
+// takes only in part is finished by a blocking write until deadline. An
+// error breaks c.
+func (c *upConn) pipeWrite(w []byte, deadline time.Time) (sent bool) {
+	c.pw, c.pwErr = w, 0
+	if err := c.raw.Write(c.pwFn); err != nil {
+		c.pwErr = syscall.EIO
+	}
+	switch {
+	case c.pwErr == syscall.EAGAIN && len(c.pw) == len(w):
+		return false
+	case c.pwErr == syscall.EAGAIN:
+		if c.nc.SetWriteDeadline(deadline) != nil {
+			break
+		}
+		if _, err := c.nc.Write(c.pw); err == nil {
+			c.pw = nil
+			return true
+		}
+	case c.pwErr == 0:
+		c.pw = nil
+		return true
+	}
+	c.pw = nil
+	c.broken.Store(true)
+	c.nc.Close() // the reader fails; c.close comes when the last request is done
+	return false
+}
+
+// pipeWriteStep is RawConn.Write's callback for pipeWrite: it never waits.
+func (c *upConn) pipeWriteStep(fd uintptr) bool {
+	for len(c.pw) > 0 {
+		n, e := rawWrite(fd, c.pw)
+		if e != 0 {
+			c.pwErr = e
+			return true
+		}
+		c.pw = c.pw[n:]
+	}
+	return true
+}
+
+// roundTrip sends req on c, which carries nothing else, and reads the
+// owner's answer into resp. resp is filled only when err is nil; keep
+// reports whether the connection may carry another request: bytes beyond
+// the answer were not asked for, so a connection that has them is not
+// trusted with another.
+func (c *upConn) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, now time.Time, timeout time.Duration, deadline time.Time) (keep bool, err error) {
+	c.wbuf = appendRequest(c.wbuf[:0], req)
+	keep, err = c.send(c.wbuf, false, resp, req.Header.IsHead(), now, timeout, deadline)
+	return keep && c.r == c.w, err
+}
+
+// send writes w, a whole request, on c, which carries nothing else, and
+// reads the owner's answer into resp (answer). Once w is written, c takes
+// pipelined requests behind it if pipe is set (connPool.acquire).
 //
 // The read deadline is moved lazily, as a client connection's
 // (lazyDeadline): an earlier one at once, a later one when the one set fires.
-func (c *upConn) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, now time.Time, timeout time.Duration, deadline time.Time) (keep bool, err error) {
+func (c *upConn) send(w []byte, pipe bool, resp *fasthttp.Response, head bool, now time.Time, timeout time.Duration, deadline time.Time) (keep bool, err error) {
 	c.wrote.Store(int64(now.Sub(epoch)))
+	if err := c.setWant(now, timeout, deadline); err != nil {
+		return false, err
+	}
+	c.pipeOK = pipe
+	if err := c.exchange(w, c.want); err != nil {
+		return false, err
+	}
+	return c.answer(resp, head)
+}
+
+// answerTurn reads the answer to a request that was pipelined on c, once
+// every answer before it has been read (its turn came): the request was
+// sent at now.
+func (c *upConn) answerTurn(resp *fasthttp.Response, head bool, now time.Time, timeout time.Duration, deadline time.Time) (keep bool, err error) {
+	if c.broken.Load() {
+		return false, errPipelineBroken
+	}
+	if err := c.setWant(now, timeout, deadline); err != nil {
+		return false, err
+	}
+	return c.answer(resp, head)
+}
+
+// setWant sets the attempt's read deadline, want: timeout after now, or
+// deadline if that is earlier. The socket's is moved at once only if want
+// is earlier (lazyDeadline).
+func (c *upConn) setWant(now time.Time, timeout time.Duration, deadline time.Time) error {
 	want := now.Add(timeout)
 	if deadline.Before(want) {
 		want = deadline
@@ -104,15 +210,16 @@ func (c *upConn) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, now t
 	c.want = want
 	if c.deadline.IsZero() || want.Before(c.deadline) {
 		if err := c.nc.SetReadDeadline(want); err != nil {
-			return false, err
+			return err
 		}
 		c.deadline = want
 	}
-	c.wbuf = appendRequest(c.wbuf[:0], req)
-	if err := c.exchange(want); err != nil {
-		return false, err
-	}
-	head := req.Header.IsHead()
+	return nil
+}
+
+// answer reads one answer into resp; head says the request was a HEAD.
+// keep reports whether the owner keeps the connection open after it.
+func (c *upConn) answer(resp *fasthttp.Response, head bool) (keep bool, err error) {
 	interim := 0
 	for {
 		n, err := c.readHead()
@@ -149,9 +256,7 @@ func (c *upConn) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, now t
 	if err != nil {
 		return false, err
 	}
-	// Bytes beyond the answer were not asked for: do not trust the
-	// connection with another request.
-	return keep && c.r == c.w, nil
+	return keep, nil
 }
 
 // appendRequest serializes req's head and body as the client sent them,
@@ -179,7 +284,7 @@ func copyHead(dst *fasthttp.ResponseHeader, h *respHead) {
 // TCP it writes from inside RawConn.Read: Read resets the poller's read
 // readiness before calling exchangeStep, so the answer's arrival after
 // the write wakes the wait, and no read is tried before it.
-func (c *upConn) exchange(deadline time.Time) error {
+func (c *upConn) exchange(w []byte, deadline time.Time) error {
 	if c.r == c.w {
 		c.r, c.w = 0, 0
 	}
@@ -187,12 +292,12 @@ func (c *upConn) exchange(deadline time.Time) error {
 		if err := c.nc.SetWriteDeadline(deadline); err != nil {
 			return err
 		}
-		if _, err := c.nc.Write(c.wbuf); err != nil {
+		if _, err := c.nc.Write(w); err != nil {
 			return err
 		}
 		return c.fill()
 	}
-	c.pending, c.sent, c.readN, c.ioErr = c.wbuf, false, 0, nil
+	c.pending, c.sent, c.readN, c.ioErr = w, false, 0, nil
 	err := c.raw.Read(c.exchangeFn)
 	for err != nil && c.rearm(err) {
 		err = c.raw.Read(c.exchangeFn) // reads, or writes if it had not
@@ -213,6 +318,7 @@ func (c *upConn) exchange(deadline time.Time) error {
 			return err
 		}
 		c.pending = nil
+		c.pipeable.Store(c.pipeOK)
 		return c.fill()
 	}
 	return c.got(c.readN)
@@ -236,6 +342,7 @@ func (c *upConn) exchangeStep(fd uintptr) bool {
 		c.pending = c.pending[n:]
 	}
 	c.sent = true
+	c.pipeable.Store(c.pipeOK) // requests may follow it now (connPool.acquire)
 	return false
 }
 

@@ -80,6 +80,13 @@ func (b *bench) runItems(ctx context.Context, rep *report) error {
 	if err := add(tFugeRR)(b.startFugeProxy("fuge-proxy-rr", nsPlain, "--balance", "round-robin")); err != nil {
 		return err
 	}
+	// Pipelining to the owners is fuge-proxy's default; the same proxy
+	// without it shows what it buys.
+	if b.proxyHasFlag("--pipeline-depth") {
+		if err := add(tFugeNoPipe)(b.startFugeProxy("fuge-proxy-nopipe", nsPlain, "--pipeline-depth", "1")); err != nil {
+			return err
+		}
+	}
 	rep.BackendTLS = b.proxyHasFlag("--backend-tls")
 	if rep.BackendTLS {
 		if err := add(tFugeTLS)(b.startFugeProxy("fuge-proxy-tls", nsTLS, "--backend-tls")); err != nil {

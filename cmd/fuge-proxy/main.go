@@ -174,6 +174,9 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	fs.Var((*sizeValue)(&c.MaxHeaderBytes), "max-header-bytes", "request line and header size limit, 431 beyond (default 16KiB)")
 	fs.Var((*sizeValue)(&c.MaxBodyBytes), "max-body-bytes", "request body size limit, 413 beyond (default 4MiB)")
 	fs.IntVar(&c.MaxConnsPerOwner, "max-conns-per-owner", d.MaxConnsPerOwner, "connections to each owner")
+	fs.IntVar(&c.PipelineConns, "pipeline-conns", d.PipelineConns,
+		"connections to an owner that carry requests before idempotent ones are pipelined behind others (plain HTTP to owners only)")
+	fs.IntVar(&c.PipelineDepth, "pipeline-depth", d.PipelineDepth, "requests in flight on one owner connection at most; 1: no pipelining")
 	fs.StringVar(&s.tls.Dir, "tls-dir", fugetls.DefaultDir,
 		"certificates as fugectl certs init writes them: ca.crt, proxy.crt, proxy.key; re-read when they change")
 	fs.StringVar(&s.tls.CA, "tls-ca", "", "CA bundle (PEM) instead of --tls-dir; with --tls-cert and --tls-key")
