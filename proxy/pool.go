@@ -129,8 +129,13 @@ func newPipelinedPool(addr string, dial func(string) (net.Conn, error), tlsConf 
 // was idle, so got at once. When a dial fails, every request waiting fails
 // with it (a dialError: nothing was sent), as the owner is unreachable.
 func (p *connPool) get(now, deadline time.Time) (c *upConn, idle bool, err error) {
-	nowNs := int64(now.Sub(epoch))
 	p.mu.Lock()
+	return p.getLocked(now, deadline)
+}
+
+// getLocked is get, called with p.mu held.
+func (p *connPool) getLocked(now, deadline time.Time) (c *upConn, idle bool, err error) {
+	nowNs := int64(now.Sub(epoch))
 	for len(p.idle) > 0 {
 		// The oldest idle connection goes first if it has idled too long.
 		if c := p.idle[0]; nowNs-c.idleAt > int64(ownerIdleTimeout) {
@@ -199,8 +204,8 @@ const (
 // own, as without pipelining; beyond, pipelining saves the owner and the
 // proxy a read and a write for each request an answer batch carries.
 func (p *connPool) acquire(now, deadline time.Time, w []byte, turn chan struct{}) (c *upConn, how int, err error) {
+	p.mu.Lock()
 	if w != nil && p.pipeDepth > 1 {
-		p.mu.Lock()
 		if len(p.busy) >= p.pipeConns && p.fastest <= p.pipeMax && !p.gone {
 			var best *upConn
 			for _, b := range p.busy {
@@ -216,9 +221,8 @@ func (p *connPool) acquire(now, deadline time.Time, w []byte, turn chan struct{}
 				return best, gotPipelined, nil
 			}
 		}
-		p.mu.Unlock()
 	}
-	c, idle, err := p.get(now, deadline)
+	c, idle, err := p.getLocked(now, deadline)
 	if idle {
 		return c, gotIdle, err
 	}
