@@ -62,8 +62,8 @@ func (c *ownerConn) request(t *testing.T) string {
 	return req.URL.Path
 }
 
-// answer is an answer whose body is body, closing the connection after
-// it if close.
+// answer200 is a 200 answer whose body is body, closing the connection
+// after it if close.
 func answer200(body string, close bool) string {
 	conn := ""
 	if close {
@@ -122,6 +122,43 @@ func fastPool(addr string, conns, depth int) *connPool {
 	return p
 }
 
+// firstWritten waits until p's one busy connection has its first request
+// written, so that requests may be pipelined behind it.
+func firstWritten(t *testing.T, p *connPool) {
+	t.Helper()
+	fugetest.Eventually(t, "the first request written", locked(p, func() bool { return len(p.busy) == 1 && p.busy[0].pipeable.Load() }))
+}
+
+// pipelineBehind starts a GET of each path, each of which must be
+// pipelined, and returns their results.
+func pipelineBehind(t *testing.T, p *connPool, paths ...string) []<-chan pipeRequest {
+	t.Helper()
+	var rs []<-chan pipeRequest
+	for _, path := range paths {
+		how, r := startPipeRequest(t, p, "GET", path)
+		if how != gotPipelined {
+			t.Fatalf("GET %s: got %d, want it pipelined", path, how)
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// onNewConn starts a GET of path that must not be pipelined and returns its
+// result and the owner's new connection, which has read it.
+func onNewConn(t *testing.T, o *scriptedOwner, p *connPool, path string) (<-chan pipeRequest, *ownerConn) {
+	t.Helper()
+	how, r := startPipeRequest(t, p, "GET", path)
+	if how == gotPipelined {
+		t.Fatalf("GET %s was pipelined", path)
+	}
+	oc := recv(t, "the owner's new connection", o.conns)
+	if got := oc.request(t); got != path {
+		t.Fatalf("owner read %q on a new connection, want %s", got, path)
+	}
+	return r, oc
+}
+
 // TestPoolPipelines: with one connection busy, idempotent requests are
 // written behind it up to the depth, each reads its own answer in turn
 // though the owner answers them in one write, and the connection is idle
@@ -130,36 +167,11 @@ func fastPool(addr string, conns, depth int) *connPool {
 func TestPoolPipelines(t *testing.T) {
 	o := startScriptedOwner(t)
 	p := fastPool(o.addr, 1, 3)
-	how, r1 := startPipeRequest(t, p, "GET", "/a")
-	if how == gotPipelined {
-		t.Fatal("the first request was pipelined")
-	}
-	oc := recv(t, "the owner's connection", o.conns)
-	if got := oc.request(t); got != "/a" {
-		t.Fatalf("owner read %q, want /a", got)
-	}
-	fugetest.Eventually(t, "the first request written", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.busy) == 1 && p.busy[0].pipeable.Load()
-	})
-	var rs []<-chan pipeRequest
-	for _, path := range []string{"/b", "/c"} {
-		how, r := startPipeRequest(t, p, "GET", path)
-		if how != gotPipelined {
-			t.Fatalf("GET %s: got %d, want pipelined behind /a", path, how)
-		}
-		rs = append(rs, r)
-	}
-	// The depth is reached: the next GET, and a POST, go elsewhere.
-	how, r4 := startPipeRequest(t, p, "GET", "/d")
-	if how == gotPipelined {
-		t.Fatal("GET /d was pipelined beyond the depth of 3")
-	}
-	oc2 := recv(t, "a second connection", o.conns)
-	if got := oc2.request(t); got != "/d" {
-		t.Fatalf("second connection read %q, want /d", got)
-	}
+	r1, oc := onNewConn(t, o, p, "/a")
+	firstWritten(t, p)
+	rs := pipelineBehind(t, p, "/b", "/c")
+	// The depth is reached: the next GET goes elsewhere.
+	r4, oc2 := onNewConn(t, o, p, "/d")
 	for _, want := range []string{"/b", "/c"} {
 		if got := oc.request(t); got != want {
 			t.Fatalf("owner read %q on the first connection, want %s", got, want)
@@ -211,18 +223,9 @@ func TestPoolPipelines(t *testing.T) {
 func TestPoolPipelineBreaks(t *testing.T) {
 	o := startScriptedOwner(t)
 	p := fastPool(o.addr, 1, 4)
-	_, r1 := startPipeRequest(t, p, "GET", "/a")
-	oc := recv(t, "the owner's connection", o.conns)
-	oc.request(t)
-	fugetest.Eventually(t, "the first request written", locked(p, func() bool { return len(p.busy) == 1 && p.busy[0].pipeable.Load() }))
-	var rs []<-chan pipeRequest
-	for _, path := range []string{"/b", "/c"} {
-		how, r := startPipeRequest(t, p, "GET", path)
-		if how != gotPipelined {
-			t.Fatalf("GET %s not pipelined", path)
-		}
-		rs = append(rs, r)
-	}
+	r1, oc := onNewConn(t, o, p, "/a")
+	firstWritten(t, p)
+	rs := pipelineBehind(t, p, "/b", "/c")
 	oc.request(t)
 	oc.request(t)
 	io.WriteString(oc, answer200("a", true))
@@ -245,10 +248,8 @@ func TestPoolPipelinesOnlyFastOwners(t *testing.T) {
 	o := startScriptedOwner(t)
 	p := newPipelinedPool(o.addr, func(a string) (net.Conn, error) { return net.Dial("tcp", a) }, nil, time.Second, 16, 1, 4)
 	pipelines := func() bool {
-		_, r1 := startPipeRequest(t, p, "GET", "/a")
-		oc := recv(t, "a connection", o.conns)
-		oc.request(t)
-		fugetest.Eventually(t, "the first request written", locked(p, func() bool { return len(p.busy) == 1 && p.busy[0].pipeable.Load() }))
+		r1, oc := onNewConn(t, o, p, "/a")
+		firstWritten(t, p)
 		how, r2 := startPipeRequest(t, p, "GET", "/b")
 		if how != gotPipelined {
 			oc2 := recv(t, "a second connection", o.conns)
