@@ -142,6 +142,14 @@ func (c *scriptConn) Close() error                     { return nil }
 func (c *scriptConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *scriptConn) SetWriteDeadline(time.Time) error { return nil }
 
+// roundTrip sends req on c, which carries nothing else, and reads the
+// owner's answer into resp, as a request that took c idle does; keep also
+// says that the pool would keep c (no bytes left over).
+func roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, now time.Time, timeout time.Duration, deadline time.Time) (keep bool, err error) {
+	keep, err = c.send(appendRequest(nil, req), false, resp, req.Header.IsHead(), now, timeout, deadline)
+	return keep && !c.leftover(), err
+}
+
 // answer puts a scripted answer through roundTrip.
 func answer(in []byte, step int, method string) (*fasthttp.Response, bool, error) {
 	c := newUpConn(&scriptConn{in: in, step: max(step, 1)}, &connPool{all: map[*upConn]struct{}{}})
@@ -149,7 +157,7 @@ func answer(in []byte, step int, method string) (*fasthttp.Response, bool, error
 	req.Header.SetMethod(method)
 	req.SetRequestURI("http://owner/x")
 	resp := new(fasthttp.Response)
-	keep, err := c.roundTrip(&req, resp, time.Now(), time.Second, time.Now().Add(time.Second))
+	keep, err := roundTrip(c, &req, resp, time.Now(), time.Second, time.Now().Add(time.Second))
 	return resp, keep, err
 }
 

@@ -194,7 +194,7 @@ const (
 )
 
 // acquire is get for a request whose bytes are w (nil: it must not be
-// pipelined, as it is not idempotent or not plain TCP). When pipeConns
+// pipelined, as it is not idempotent). When pipeConns
 // connections are busy, w is written at once behind the requests on the
 // busy connection with the fewest in flight, if that is fewer than
 // pipeDepth and every request on it may be pipelined (RFC 9112 §9.3.2:
@@ -274,7 +274,7 @@ func (p *connPool) done(c *upConn, keep bool, svc time.Duration) {
 		p.busy = p.busy[:len(p.busy)-1]
 		c.busyAt = -1
 	}
-	if c.broken.Load() || c.r != c.w {
+	if c.broken.Load() || c.leftover() {
 		p.open--
 		p.dialForWaitersLocked()
 		p.mu.Unlock()

@@ -37,7 +37,6 @@ type upConn struct {
 
 	buf  []byte // bytes read from the owner, buf[r:w] not yet used
 	r, w int
-	wbuf []byte // roundTrip's request
 	head respHead
 
 	// exchange's and fill's state, shared with exchangeFn and readFn.
@@ -157,16 +156,10 @@ func (c *upConn) pipeWriteStep(fd uintptr) bool {
 	return true
 }
 
-// roundTrip sends req on c, which carries nothing else, and reads the
-// owner's answer into resp. resp is filled only when err is nil; keep
-// reports whether the connection may carry another request: bytes beyond
-// the answer were not asked for, so a connection that has them is not
-// trusted with another.
-func (c *upConn) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, now time.Time, timeout time.Duration, deadline time.Time) (keep bool, err error) {
-	c.wbuf = appendRequest(c.wbuf[:0], req)
-	keep, err = c.send(c.wbuf, false, resp, req.Header.IsHead(), now, timeout, deadline)
-	return keep && c.r == c.w, err
-}
+// leftover reports whether c holds bytes read beyond the answers asked
+// for: once no request is left on it, such a connection is not trusted
+// with another (connPool.done).
+func (c *upConn) leftover() bool { return c.r != c.w }
 
 // send writes w, a whole request, on c, which carries nothing else, and
 // reads the owner's answer into resp (answer). Once w is written, c takes
@@ -280,7 +273,7 @@ func copyHead(dst *fasthttp.ResponseHeader, h *respHead) {
 	eachField(h.fields, h.conn, dst.AddBytesKV)
 }
 
-// exchange writes c.wbuf and reads the first bytes of the answer. On plain
+// exchange writes w and reads the first bytes of the answer. On plain
 // TCP it writes from inside RawConn.Read: Read resets the poller's read
 // readiness before calling exchangeStep, so the answer's arrival after
 // the write wakes the wait, and no read is tried before it.
@@ -540,7 +533,7 @@ func (c *upConn) usable() bool {
 	if c.raw == nil {
 		return true
 	}
-	// The last attempt's deadline may have passed: clear it (roundTrip
+	// The last attempt's deadline may have passed: clear it (setWant
 	// sets the next one).
 	if c.nc.SetReadDeadline(time.Time{}) != nil {
 		return false
