@@ -106,13 +106,14 @@ func (c *perIPConn) Close() error {
 
 // withRawIO gives a TCP listener's connections readiness of the proxy's
 // own and raw system calls (evconn_linux.go says why); other listeners,
-// and every listener elsewhere than Linux, pass as they are.
-func withRawIO(ln net.Listener) net.Listener {
+// and every listener elsewhere than Linux, pass as they are. spin, if not
+// nil, learns of the listener's epoll instance (spinner).
+func withRawIO(ln net.Listener, spin *spinner) net.Listener {
 	tl, ok := ln.(*net.TCPListener)
 	if !ok || !rawIO {
 		return ln
 	}
-	el, err := newEvListener(tl)
+	el, err := newEvListener(tl, spin)
 	if err != nil {
 		return ln
 	}

@@ -37,6 +37,9 @@ const (
 	// DefaultPipelineConns and DefaultPipelineDepth: see Config.PipelineConns.
 	DefaultPipelineConns = 4
 	DefaultPipelineDepth = 8
+	// DefaultSpinWait: see Config.SpinWait. MaxSpinWait bounds it.
+	DefaultSpinWait = 50 * time.Microsecond
+	MaxSpinWait     = time.Millisecond
 	// DefaultMaxConnsPerIP lets one client address hold a busy front end's
 	// pool of connections, but not the proxy's MaxConns.
 	DefaultMaxConnsPerIP = 256
@@ -198,6 +201,18 @@ type Config struct {
 	// Defaults 4 and 8; PipelineDepth 1 turns pipelining off.
 	PipelineConns int
 	PipelineDepth int
+	// SpinWait is how long a request that is the only one in flight, once
+	// written to its owner (plain TCP, on Linux), polls the owner's socket
+	// for the answer before sleeping. A CPU that sleeps while the owner
+	// works wakes up late, on a virtual machine by about ten microseconds
+	// each time; an in-memory owner answers within tens of microseconds.
+	// It costs CPU at low load only, up to SpinWait per request (with
+	// one client connection here: ~10 µs more CPU and ~10 µs less p50 per
+	// request); it yields to every other goroutine, and stops as soon as
+	// another request waits for an owner or a client socket has
+	// something, so under load it does not run. Default 50 µs; negative
+	// turns it off; at most MaxSpinWait.
+	SpinWait time.Duration
 
 	// Dial, if set, connects to an owner (for tests: an in-memory
 	// listener). Nil means TCP with DialTimeout.
@@ -265,6 +280,7 @@ func (c Config) withDefaults() Config {
 	defN(&c.MaxConnsPerOwner, DefaultMaxConnsPerOwner)
 	defN(&c.PipelineConns, DefaultPipelineConns)
 	defN(&c.PipelineDepth, DefaultPipelineDepth)
+	defD(&c.SpinWait, DefaultSpinWait)
 	defN(&c.MaxConnsPerIP, max(1, min(DefaultMaxConnsPerIP, c.MaxConns/2)))
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -332,6 +348,9 @@ func (c Config) Validate() error {
 		if n.v < 0 {
 			return fmt.Errorf("%w: %s %d is negative", ErrConfig, n.name, n.v)
 		}
+	}
+	if c.SpinWait > MaxSpinWait {
+		return fmt.Errorf("%w: spin wait %v is over %v: a longer one is a busy loop, not a wait for an answer", ErrConfig, c.SpinWait, MaxSpinWait)
 	}
 	if c.MaxConnsPerIP >= c.MaxConns && c.MaxConns > 1 {
 		return fmt.Errorf("%w: max connections per IP %d must be below max connections %d, or one client can take them all",

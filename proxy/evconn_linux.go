@@ -52,11 +52,12 @@ type poller struct {
 	free  []int32
 	refs  int // one per registered descriptor: the last one's removal closes epfd
 
+	spin     *spinner      // told of epfd while it is open; may be nil
 	spurious atomic.Uint64 // client reads that found nothing
 	done     chan struct{} // closed when loop returns
 }
 
-func newPoller() (*poller, error) {
+func newPoller(spin *spinner) (*poller, error) {
 	fd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
@@ -71,7 +72,8 @@ func newPoller() (*poller, error) {
 		f.Close()
 		return nil, err
 	}
-	p := &poller{epfd: fd, file: f, rc: rc, done: make(chan struct{})}
+	p := &poller{epfd: fd, file: f, rc: rc, spin: spin, done: make(chan struct{})}
+	spin.addPoller(fd)
 	go p.loop()
 	return p, nil
 }
@@ -202,6 +204,7 @@ func (p *poller) release() {
 	last := p.refs == 0
 	p.mu.Unlock()
 	if last {
+		p.spin.removePoller(p.epfd)
 		p.file.Close()
 	}
 }
@@ -220,12 +223,12 @@ type evListener struct {
 }
 
 // newEvListener wraps ln; the caller falls back to ln itself on error.
-func newEvListener(ln *net.TCPListener) (net.Listener, error) {
+func newEvListener(ln *net.TCPListener, spin *spinner) (net.Listener, error) {
 	rc, err := ln.SyscallConn()
 	if err != nil {
 		return nil, err
 	}
-	p, err := newPoller()
+	p, err := newPoller(spin)
 	if err != nil {
 		return nil, err
 	}

@@ -39,7 +39,7 @@ func evPair(t *testing.T) (*evListener, *evConn, net.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := withRawIO(tcp)
+	ln := withRawIO(tcp, nil)
 	el, ok := ln.(*evListener)
 	if !ok {
 		t.Fatalf("withRawIO gave a %T", ln)

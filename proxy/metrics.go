@@ -35,6 +35,10 @@ type Stats struct {
 	// Pipelined counts attempts written behind others on a busy owner
 	// connection (Config.PipelineDepth).
 	Pipelined uint64
+	// Spins counts attempts that, alone in flight, polled their owner's
+	// socket for the answer instead of sleeping (Config.SpinWait), and
+	// SpinAnswered those of them whose answer came while polling.
+	Spins, SpinAnswered uint64
 	// Owners is the number of owner connection pools held.
 	Owners int
 	// RefusedConns counts client connections closed at once because their
@@ -121,7 +125,7 @@ type metrics struct {
 	reg *prometheus.Registry
 }
 
-func newMetrics(c *counters, healthy func() bool, owners func() int, latency func(func(addr string, l *latencyCounts))) *metrics {
+func newMetrics(c *counters, spin *spinner, healthy func() bool, owners func() int, latency func(func(addr string, l *latencyCounts))) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	counter := func(name, help string, v func() uint64, labels prometheus.Labels) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fuge_proxy_" + name, Help: help, ConstLabels: labels},
@@ -148,6 +152,8 @@ func newMetrics(c *counters, healthy func() bool, owners func() int, latency fun
 		counter("refused_client_conns_total", "Client connections refused because their address held MaxConnsPerIP already.", c.refusedConns.Load, nil),
 		counter("pipelined_total", "Attempts written behind others on a busy connection to an owner (HTTP/1.1 pipelining).",
 			sharded(func(s *counterShard) *atomic.Uint64 { return &s.pipelined }), nil),
+		counter("spins_total", "Attempts that, alone in flight, polled their owner's socket for the answer instead of sleeping (--spin-wait).", spin.spins.Load, nil),
+		counter("spin_answered_total", "Attempts whose answer came while they polled for it (--spin-wait).", spin.answered.Load, nil),
 		counter("give_ups_total", "Requests answered 503 or 502 after the retry budget ran out.",
 			sharded(func(s *counterShard) *atomic.Uint64 { return &s.giveUps }), nil),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fuge_proxy_healthy", Help: "1 when the balancer has a table."},

@@ -117,7 +117,7 @@ func startPipeRequest(t *testing.T, p *connPool, method, path string) (how int, 
 // fastPool is a pool to addr that pipelines once conns connections are
 // busy, up to depth, its owner taken as fast.
 func fastPool(addr string, conns, depth int) *connPool {
-	p := newPipelinedPool(addr, func(a string) (net.Conn, error) { return net.Dial("tcp", a) }, nil, time.Second, 16, conns, depth)
+	p := newPipelinedPool(addr, func(a string) (net.Conn, error) { return net.Dial("tcp", a) }, nil, time.Second, 16, conns, depth, nil)
 	p.fastest = 0
 	return p
 }
@@ -246,7 +246,7 @@ func TestPoolPipelineBreaks(t *testing.T) {
 // turns it off again.
 func TestPoolPipelinesOnlyFastOwners(t *testing.T) {
 	o := startScriptedOwner(t)
-	p := newPipelinedPool(o.addr, func(a string) (net.Conn, error) { return net.Dial("tcp", a) }, nil, time.Second, 16, 1, 4)
+	p := newPipelinedPool(o.addr, func(a string) (net.Conn, error) { return net.Dial("tcp", a) }, nil, time.Second, 16, 1, 4, nil)
 	pipelines := func() bool {
 		r1, oc := onNewConn(t, o, p, "/a")
 		firstWritten(t, p)

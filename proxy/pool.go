@@ -63,6 +63,8 @@ type connPool struct {
 	fastest, winFastest time.Duration // the last window's, this one's
 	winN                int
 	pipeMax             time.Duration // pipelineMaxService, or a test's
+
+	spin *spinner // the proxy's, shared by its pools; nil: never spin
 }
 
 // serviceWindow is how many answers a service-time window takes;
@@ -117,10 +119,11 @@ func newPool(addr string, dial func(string) (net.Conn, error), tlsConf *tls.Conf
 }
 
 // newPipelinedPool is newPool with pipelining: requests pipelined behind
-// others once pipeConns connections are busy, up to depth on each (1: never).
-func newPipelinedPool(addr string, dial func(string) (net.Conn, error), tlsConf *tls.Config, dialTimeout time.Duration, max, pipeConns, depth int) *connPool {
+// others once pipeConns connections are busy, up to depth on each (1:
+// never); and with spin, a request alone in flight polls for its answer.
+func newPipelinedPool(addr string, dial func(string) (net.Conn, error), tlsConf *tls.Config, dialTimeout time.Duration, max, pipeConns, depth int, spin *spinner) *connPool {
 	p := newPool(addr, dial, tlsConf, dialTimeout, max)
-	p.pipeConns, p.pipeDepth = pipeConns, depth
+	p.pipeConns, p.pipeDepth, p.spin = pipeConns, depth, spin
 	return p
 }
 

@@ -28,6 +28,7 @@ type Proxy struct {
 	fallback lb.Balancer // routes keyless requests; nil: reject them
 	server   *fasthttp.Server
 	owners   *owners
+	spin     *spinner // Config.SpinWait
 	c        counters
 	m        *metrics
 	scratch  sync.Pool // *scratch
@@ -94,10 +95,11 @@ func New(cfg Config) (*Proxy, error) {
 		d := &net.Dialer{Timeout: cfg.DialTimeout}
 		dial = func(addr string) (net.Conn, error) { return d.Dial("tcp", addr) }
 	}
+	p.spin = newSpinner(cfg.SpinWait)
 	p.owners = newOwners(func(addr string) *owner {
-		return &owner{addr: addr, pool: newPipelinedPool(addr, dial, cfg.BackendTLS, cfg.DialTimeout, cfg.MaxConnsPerOwner, cfg.PipelineConns, cfg.PipelineDepth)}
+		return &owner{addr: addr, pool: newPipelinedPool(addr, dial, cfg.BackendTLS, cfg.DialTimeout, cfg.MaxConnsPerOwner, cfg.PipelineConns, cfg.PipelineDepth, p.spin)}
 	})
-	p.m = newMetrics(&p.c, p.Healthy, p.owners.len, p.owners.latency)
+	p.m = newMetrics(&p.c, p.spin, p.Healthy, p.owners.len, p.owners.latency)
 	p.server = &fasthttp.Server{
 		Handler:                      p.handle,
 		ErrorHandler:                 p.handleError,
@@ -132,7 +134,7 @@ func (p *Proxy) Start() error {
 	if err != nil {
 		return fmt.Errorf("proxy: listen: %w", err)
 	}
-	ln := limitPerIP(withRawIO(tcpLn), p.cfg.MaxConnsPerIP, &p.c.refusedConns)
+	ln := limitPerIP(withRawIO(tcpLn, p.spin), p.cfg.MaxConnsPerIP, &p.c.refusedConns)
 	adminLn, err := net.Listen("tcp", p.cfg.AdminAddr)
 	if err != nil {
 		ln.Close()
@@ -174,7 +176,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	if err != nil {
 		return err
 	}
-	return p.server.Serve(limitPerIP(withRawIO(ln), p.cfg.MaxConnsPerIP, &p.c.refusedConns))
+	return p.server.Serve(limitPerIP(withRawIO(ln, p.spin), p.cfg.MaxConnsPerIP, &p.c.refusedConns))
 }
 
 // startBackgroundLocked starts the Lookup and the owner watcher once.
@@ -265,6 +267,7 @@ func (p *Proxy) Stats() Stats {
 	s.UpstreamErrors = p.c.sum(func(c *counterShard) *atomic.Uint64 { return &c.upstreamErrors })
 	s.GiveUps = p.c.sum(func(c *counterShard) *atomic.Uint64 { return &c.giveUps })
 	s.Pipelined = p.c.sum(func(c *counterShard) *atomic.Uint64 { return &c.pipelined })
+	s.Spins, s.SpinAnswered = p.spin.spins.Load(), p.spin.answered.Load()
 	s.Owners = p.owners.len()
 	s.RefusedConns = p.c.refusedConns.Load()
 	return s

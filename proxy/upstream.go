@@ -291,9 +291,16 @@ func (c *upConn) exchange(w []byte, deadline time.Time) error {
 		return c.fill()
 	}
 	c.pending, c.sent, c.readN, c.ioErr = w, false, 0, nil
+	spin := c.pool.spin
+	if spin != nil {
+		spin.waiting.Add(1)
+	}
 	err := c.raw.Read(c.exchangeFn)
 	for err != nil && c.rearm(err) {
 		err = c.raw.Read(c.exchangeFn) // reads, or writes if it had not
+	}
+	if spin != nil {
+		spin.waiting.Add(-1)
 	}
 	if err != nil {
 		return err
@@ -317,8 +324,10 @@ func (c *upConn) exchange(w []byte, deadline time.Time) error {
 	return c.got(c.readN)
 }
 
-// exchangeStep is RawConn.Read's callback: the first call writes, the
-// others read; it returns false to wait for the socket to be readable.
+// exchangeStep is RawConn.Read's callback: the first call writes, and
+// polls for the answer a while if the request is alone in flight
+// (spinner); the others read. It returns false to wait for the socket to
+// be readable.
 func (c *upConn) exchangeStep(fd uintptr) bool {
 	if c.sent {
 		return c.readStep(fd)
@@ -336,6 +345,9 @@ func (c *upConn) exchangeStep(fd uintptr) bool {
 	}
 	c.sent = true
 	c.pipeable.Store(c.pipeOK) // requests may follow it now (connPool.acquire)
+	if c.pool.spin.await(fd) {
+		return c.readStep(fd)
+	}
 	return false
 }
 

@@ -375,7 +375,7 @@ func TestEvConnDeadlines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := withRawIO(tcp)
+	ln := withRawIO(tcp, nil)
 	defer ln.Close()
 	peer, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {

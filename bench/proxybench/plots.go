@@ -10,7 +10,7 @@ import (
 
 // colorOf gives each target one color in every plot.
 func colorOf(name string) int {
-	for i, n := range []string{tDirect, tFuge, tFugeNoPipe, tFugeRR, tFugeTLS, tHAChash, tHARR, tNginx} {
+	for i, n := range []string{tDirect, tFuge, tFugePlain, tFugeRR, tFugeTLS, tHAChash, tHARR, tNginx} {
 		if n == name {
 			return i
 		}

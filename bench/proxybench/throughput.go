@@ -12,17 +12,17 @@ import (
 
 // Target names, as the report prints them.
 const (
-	tDirect     = "direct (b1)"
-	tFuge       = "fuge-proxy"
-	tFugeRR     = "fuge-proxy (round-robin)"
-	tFugeNoPipe = "fuge-proxy (no pipelining)"
-	tFugeTLS    = "fuge-proxy (TLS to backends)"
-	tHAChash    = "haproxy-chash"
-	tHARR       = "haproxy-roundrobin"
-	tNginx      = "nginx-chash"
-	wrkConns    = 64
-	pairFirst   = tFuge
-	pairOther   = tHAChash
+	tDirect    = "direct (b1)"
+	tFuge      = "fuge-proxy"
+	tFugeRR    = "fuge-proxy (round-robin)"
+	tFugePlain = "fuge-proxy (no pipelining, no spin)"
+	tFugeTLS   = "fuge-proxy (TLS to backends)"
+	tHAChash   = "haproxy-chash"
+	tHARR      = "haproxy-roundrobin"
+	tNginx     = "nginx-chash"
+	wrkConns   = 64
+	pairFirst  = tFuge
+	pairOther  = tHAChash
 )
 
 // tputRun is one measured wrk run.

@@ -177,6 +177,8 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	fs.IntVar(&c.PipelineConns, "pipeline-conns", d.PipelineConns,
 		"connections to an owner that carry requests before idempotent ones are pipelined behind others (plain HTTP to owners only)")
 	fs.IntVar(&c.PipelineDepth, "pipeline-depth", d.PipelineDepth, "requests in flight on one owner connection at most; 1: no pipelining")
+	fs.DurationVar(&c.SpinWait, "spin-wait", d.SpinWait,
+		"how long a request alone in flight polls its owner for the answer before sleeping (CPU for latency at low load; at most 1ms); 0: never")
 	fs.StringVar(&s.tls.Dir, "tls-dir", fugetls.DefaultDir,
 		"certificates as fugectl certs init writes them: ca.crt, proxy.crt, proxy.key; re-read when they change")
 	fs.StringVar(&s.tls.CA, "tls-ca", "", "CA bundle (PEM) instead of --tls-dir; with --tls-cert and --tls-key")
@@ -220,6 +222,11 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	}
 	if fs.NArg() > 0 {
 		return s, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if s.cfg.SpinWait == 0 {
+		s.cfg.SpinWait = -1 // the flag's "never"; Config's zero is the default
+	} else if s.cfg.SpinWait < 0 {
+		return s, fmt.Errorf("--spin-wait %v is negative; 0 turns spinning off", s.cfg.SpinWait)
 	}
 	if s.rateLimits && s.tls.Insecure && s.rateLimit.Name == "" {
 		return s, errors.New("--ratelimit with --insecure needs --ratelimit-name")

@@ -64,8 +64,14 @@ func TestLoad(t *testing.T) {
 	if c.ListenAddr != "127.0.0.1:8080" || c.AdminAddr != "127.0.0.1:8081" || !slices.Equal(c.Managers, []string{defaultManagers}) ||
 		c.Namespace != "default" || c.Header != "X-Fuge-Key" || c.MissingKey != proxy.MissingKeyReject ||
 		c.Balance != proxy.BalanceLease || c.RetryBudget != 10*time.Second || c.BackoffBase != 5*time.Millisecond ||
-		c.MaxHeaderBytes != 16<<10 || c.MaxBodyBytes != 4<<20 || c.MaxConnsPerIP != 0 {
+		c.MaxHeaderBytes != 16<<10 || c.MaxBodyBytes != 4<<20 || c.MaxConnsPerIP != 0 || c.SpinWait != proxy.DefaultSpinWait {
 		t.Fatalf("defaults: %+v", c)
+	}
+	if s, err := load([]string{"--spin-wait", "0"}, envFunc(nil)); err != nil || s.cfg.SpinWait >= 0 {
+		t.Fatalf("--spin-wait 0: %v %v, want a negative SpinWait (off)", s.cfg.SpinWait, err)
+	}
+	if s, err := load(nil, envFunc(map[string]string{"FUGE_PROXY_SPIN_WAIT": "20us"})); err != nil || s.cfg.SpinWait != 20*time.Microsecond {
+		t.Fatalf("FUGE_PROXY_SPIN_WAIT=20us: %v %v", s.cfg.SpinWait, err)
 	}
 	if s.tls != (fugetls.Options{Dir: fugetls.DefaultDir}) || s.backendTLS {
 		t.Fatalf("TLS defaults: %+v, backend %v; want mutual TLS from %s to the managers only", s.tls, s.backendTLS, fugetls.DefaultDir)
@@ -113,6 +119,8 @@ func TestLoad(t *testing.T) {
 		{[]string{"--tls-ca", "ca.crt"}, nil, "--tls-cert"},
 		{[]string{"--insecure", "--backend-tls"}, nil, "--insecure"},
 		{[]string{"--max-conns", "100", "--max-conns-per-ip", "100"}, nil, "per IP"},
+		{[]string{"--spin-wait", "-1us"}, nil, "--spin-wait"},
+		{[]string{"--spin-wait", "2ms"}, nil, "spin wait"},
 	} {
 		if _, err := load(tc.args, envFunc(tc.env)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("load(%q, %v) = %v, want an error about %s", tc.args, tc.env, err, tc.want)
