@@ -210,8 +210,9 @@ type Config struct {
 	// one client connection here: ~10 µs more CPU and ~10 µs less p50 per
 	// request); it yields to every other goroutine, and stops as soon as
 	// another request waits for an owner or a client socket has
-	// something, so under load it does not run. Default 50 µs; negative
-	// turns it off; at most MaxSpinWait.
+	// something, so under load it does not run; nor for an owner whose
+	// fastest answer of its last 256 took longer than SpinWait. Default
+	// 50 µs; negative turns it off; at most MaxSpinWait.
 	SpinWait time.Duration
 
 	// Dial, if set, connects to an owner (for tests: an in-memory

@@ -65,6 +65,10 @@ type connPool struct {
 	pipeMax             time.Duration // pipelineMaxService, or a test's
 
 	spin *spinner // the proxy's, shared by its pools; nil: never spin
+	// spinOK: the last window's fastest answer came within spin.wait, so
+	// a spin may catch this owner's answers (an owner never that fast
+	// would only burn the CPU). Set where fastest is.
+	spinOK atomic.Bool
 }
 
 // serviceWindow is how many answers a service-time window takes;
@@ -296,6 +300,7 @@ func (p *connPool) sampleLocked(svc time.Duration) {
 	}
 	if p.winN++; p.winN == serviceWindow {
 		p.fastest, p.winN = p.winFastest, 0
+		p.spinOK.Store(p.spin != nil && p.fastest <= p.spin.wait)
 	}
 }
 

@@ -28,7 +28,10 @@ import (
 // runtime's poller does not run while a goroutine spins). Sockets the
 // runtime polls (the admin listener, the Lookup's gRPC connection, TLS to
 // owners) wait at most SpinWait longer. Under load it does not run: there
-// is always more than one request in flight.
+// is always more than one request in flight. Nor does it for an owner
+// whose fastest answer in its last 256 (connPool's service-time window,
+// as for pipelining) took longer than SpinWait, nor before the first 256:
+// there a spin would give up every time, CPU spent for nothing.
 type spinner struct {
 	wait    time.Duration // <= 0: never spin
 	waiting atomic.Int32  // exchanges waiting for an owner's answer

@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // spinSocket is one end of a loopback TCP connection and its peer, whose
@@ -151,39 +153,64 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// Through the proxy: each request of a client that sends one at a time
-// polls its owner once (it is alone in flight), and the answers are
-// right; with SpinWait negative nothing spins. A client listener's epoll
-// instance is known to the spinner while it serves, and forgotten when it
-// closes (before its descriptor number can be reused).
+// Through the proxy: once the owner's first 256 answers (a service-time
+// window) showed it answers within SpinWait, each request of a client that
+// sends one at a time polls its owner once (it is alone in flight), and
+// the answers are right. Nothing spins with SpinWait negative, before the
+// window, or for an owner whose fastest answer took longer than SpinWait.
+// A client listener's epoll instance is known to the spinner while it
+// serves.
 func TestProxySpins(t *testing.T) {
-	o := startOwner(t, "o1", nil)
-	for _, wait := range []time.Duration{MaxSpinWait, -1} {
+	fast := startOwner(t, "fast", nil)
+	// The slow owner cannot answer within SpinWait: it waits twice that.
+	slow := startOwner(t, "slow", func(ctx *fasthttp.RequestCtx) {
+		time.Sleep(2 * MaxSpinWait)
+		ctx.SetBodyString("slow")
+	})
+	for _, tc := range []struct {
+		o     *testOwner
+		wait  time.Duration
+		spins bool
+	}{
+		{fast, MaxSpinWait, true},
+		{fast, -1, false},
+		{slow, MaxSpinWait, false},
+	} {
 		p := startProxy(t, func(c *Config) {
-			c.Balancer = newFakeBalancer(to(o.addr, 1), o.addr)
-			c.SpinWait = wait
+			c.Balancer = newFakeBalancer(to(tc.o.addr, 1), tc.o.addr)
+			c.SpinWait = tc.wait
 		})
 		if fds := p.spin.epfds.Load(); fds == nil || len(*fds) != 1 {
 			t.Fatalf("the spinner knows of %v epoll instances, want the client listener's", fds)
 		}
 		cl := newClient(t)
-		const n = 20
-		for i := range n {
+		get := func(i int) {
+			t.Helper()
 			key := "k" + strconv.Itoa(i)
 			resp, body := do(t, cl, "GET", "http://"+p.Addr().String()+"/", "", DefaultHeader, key)
-			if resp.StatusCode != 200 || body != "o1" || resp.Header.Get("Got-Key") != key {
-				t.Fatalf("request %d: %d %q key %q", i, resp.StatusCode, body, resp.Header.Get("Got-Key"))
+			if resp.StatusCode != 200 || body != tc.o.name {
+				t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
 			}
 		}
+		for i := range serviceWindow {
+			get(i)
+		}
+		if st := p.Stats(); st.Spins != 0 {
+			t.Fatalf("%s, SpinWait %v: %d spins before a window of answers", tc.o.name, tc.wait, st.Spins)
+		}
+		const n = 20
+		for i := range n {
+			get(serviceWindow + i)
+		}
 		st := p.Stats()
-		want := uint64(n)
-		if wait < 0 {
-			want = 0
+		want := uint64(0)
+		if tc.spins {
+			want = n
 		}
 		if st.Spins != want || st.SpinAnswered > st.Spins {
-			t.Fatalf("SpinWait %v: %d spins (%d answered), want %d", wait, st.Spins, st.SpinAnswered, want)
+			t.Fatalf("%s, SpinWait %v: %d spins (%d answered), want %d", tc.o.name, tc.wait, st.Spins, st.SpinAnswered, want)
 		}
-		t.Logf("SpinWait %v: %d spins, %d answered while spinning", wait, st.Spins, st.SpinAnswered)
+		t.Logf("%s, SpinWait %v: %d spins, %d answered while spinning", tc.o.name, tc.wait, st.Spins, st.SpinAnswered)
 	}
 }
 

@@ -345,7 +345,7 @@ func (c *upConn) exchangeStep(fd uintptr) bool {
 	}
 	c.sent = true
 	c.pipeable.Store(c.pipeOK) // requests may follow it now (connPool.acquire)
-	if c.pool.spin.await(fd) {
+	if c.pool.spinOK.Load() && c.pool.spin.await(fd) {
 		return c.readStep(fd)
 	}
 	return false
