@@ -96,8 +96,15 @@ func New(cfg Config) (*Proxy, error) {
 		dial = func(addr string) (net.Conn, error) { return d.Dial("tcp", addr) }
 	}
 	p.spin = newSpinner(cfg.SpinWait)
+	// The pools count their exchanges in p.spin only if it may spin: two
+	// atomic operations on one shared word per request, for nothing when
+	// it is off.
+	poolSpin := p.spin
+	if cfg.SpinWait <= 0 {
+		poolSpin = nil
+	}
 	p.owners = newOwners(func(addr string) *owner {
-		return &owner{addr: addr, pool: newPipelinedPool(addr, dial, cfg.BackendTLS, cfg.DialTimeout, cfg.MaxConnsPerOwner, cfg.PipelineConns, cfg.PipelineDepth, p.spin)}
+		return &owner{addr: addr, pool: newPipelinedPool(addr, dial, cfg.BackendTLS, cfg.DialTimeout, cfg.MaxConnsPerOwner, cfg.PipelineConns, cfg.PipelineDepth, poolSpin)}
 	})
 	p.m = newMetrics(&p.c, p.spin, p.Healthy, p.owners.len, p.owners.latency)
 	p.server = &fasthttp.Server{

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net"
+	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
@@ -149,7 +150,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(time.Millisecond)
+		runtime.Gosched()
 	}
 }
 
