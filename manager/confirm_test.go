@@ -42,3 +42,43 @@ func TestGrantConfirmationsSkipTheWalk(t *testing.T) {
 	t.Logf("%d deliveries verified; fast confirmations %d then %d of %d and %d accepted requests",
 		verified, before.FastConfirms, after.FastConfirms-before.FastConfirms, before.Accepted, after.Accepted-before.Accepted)
 }
+
+// TestRecallAnswersSkipTheWalk checks that an owner answering a recall by
+// leaving out exactly the recalled arcs is released without the walk of its
+// arcs (Stats.FastReleases), for a join and for a drain, and that the state
+// this leaves is the one the walk would have left: the core's invariants,
+// the cached recalls among them, hold after every delivery, and the pool
+// converges with every arc held under the manager's generation.
+func TestRecallAnswersSkipTheWalk(t *testing.T) {
+	c := newCluster(t, 4096)
+	verified := 0
+	c.onStep = func() {
+		verified++
+		if err := c.m.Verify(); err != nil {
+			t.Fatalf("after delivery %d: %v", verified, err)
+		}
+	}
+	for i := range 40 {
+		c.addOwner(ownerName(i), uint64(i+1))
+	}
+	c.run(10 * time.Minute)
+	s0 := c.m.Stats()
+	c.addOwner(ownerName(40), 41) // recalls from the others
+	c.run(10 * time.Minute)
+	s1 := c.m.Stats()
+	if s1.Recalls == s0.Recalls || s1.FastReleases == s0.FastReleases {
+		t.Fatalf("a join: %d recalls, %d answers released without the walk", s1.Recalls-s0.Recalls, s1.FastReleases-s0.FastReleases)
+	}
+	out, err := c.m.Drain(benchNS, ownerName(2), c.now) // recalls from the drained owner
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.managerOut(out)
+	c.run(10 * time.Minute)
+	s2 := c.m.Stats()
+	if s2.FastReleases == s1.FastReleases {
+		t.Fatalf("a drain: no answer released without the walk (%d recalls)", s2.Recalls-s1.Recalls)
+	}
+	t.Logf("%d deliveries verified; releases without the walk: join %d of %d recalls, drain %d of %d",
+		verified, s1.FastReleases-s0.FastReleases, s1.Recalls-s0.Recalls, s2.FastReleases-s1.FastReleases, s2.Recalls-s1.Recalls)
+}

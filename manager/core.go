@@ -41,6 +41,7 @@ type Stats struct {
 	Leaves                                  uint64 // clean leaves accepted (lease.LeaseRequest.Leaving)
 	AcceptedRacingLeaves                    uint64 // leaving requests that raced a message to the owner, taken as leaves all the same
 	FastConfirms                            uint64 // requests that confirmed the latest message's grants without a walk of the owner's arcs (confirmsMessage)
+	FastReleases                            uint64 // requests that released what the latest message recalled without a walk of the owner's arcs (releasesMessage)
 	RefusedAddr                             uint64 // sessions refused: their address was another live owner's
 	RefusedOversize                         uint64 // requests listing more ranges than MaxRangesPerRing allows
 	RefusedFull                             uint64 // new owner names refused: ErrNamespaceFull

@@ -97,6 +97,47 @@ func BenchmarkRequest(b *testing.B) {
 				}
 			}
 		})
+		b.Run(fmt.Sprintf("recalled/R=%d", r), func(b *testing.B) {
+			// The owners' answers to a join's recalls, each leaving out
+			// the arcs its message recalled (releasesMessage):
+			// manager-ns/answer is the time in the manager's Request per
+			// answer. The joining owner's first request, the owners' Step
+			// and everything after the answers are not timed. Each
+			// iteration is one more owner joining the same pool.
+			c := convergedPool(b, r, prsOwners)
+			answers, released, fast := 0, c.m.Stats().Releases, c.m.Stats().FastReleases
+			var inManager time.Duration
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				c.addOwner(ownerName(prsOwners+i), uint64(prsOwners+i+1))
+				for range 2 { // the join's request, then the owners' Step
+					q := c.queue
+					c.queue = nil
+					for _, f := range q {
+						f()
+					}
+				}
+				q := c.queue // the answers
+				c.queue = nil
+				before := c.inManager
+				b.StartTimer()
+				for _, f := range q {
+					f()
+				}
+				b.StopTimer()
+				inManager += c.inManager - before
+				answers += len(q)
+				c.run(10 * time.Minute)
+				b.StartTimer()
+			}
+			if c.m.Stats().Releases == released || answers == 0 {
+				b.Fatal("no recall was answered")
+			}
+			b.ReportMetric(float64(answers)/float64(b.N), "answers/op")
+			b.ReportMetric(float64(c.m.Stats().FastReleases-fast)/float64(b.N), "fast-releases/op")
+			b.ReportMetric(float64(inManager.Nanoseconds())/float64(answers), "manager-ns/answer")
+		})
 		b.Run(fmt.Sprintf("drain/R=%d", r), func(b *testing.B) {
 			b.ReportAllocs()
 			var inManager time.Duration

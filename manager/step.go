@@ -518,15 +518,20 @@ func (n *namespace) message(s *session, now int64) lease.LeaseResponse {
 	if s.msgVersion != s.version+1 {
 		var renew, grant []lease.Lease
 		var out, in []lease.Migration
+		var recalls []ring.Range
 		others := 0
 		n.arcsOf(s, func(i int) {
 			out, in = n.migrationOrder(i, out, in)
-			a := n.table.Value(i)
+			r, a := n.table.At(i)
 			if a.st != Granted {
 				others++
+				if k := len(recalls) - 1; k >= 0 && recalls[k].End == r.Start {
+					recalls[k].End = r.End
+				} else {
+					recalls = append(recalls, r)
+				}
 				return
 			}
-			r, _ := n.table.At(i)
 			if a.confirmed {
 				renew = append(renew, lease.Lease{Range: r, Gen: a.gen})
 			} else {
@@ -535,7 +540,7 @@ func (n *namespace) message(s *session, now int64) lease.LeaseResponse {
 		})
 		s.renew, s.grant = canonLeases(renew), canonLeases(grant)
 		s.out, s.in = closeMigrations(out), closeMigrations(in)
-		s.msgRecalling = others
+		s.msgRecalling, s.recalls = others, recalls
 		s.msgVersion = s.version + 1
 	}
 	if len(s.renew)+len(s.grant) > 0 {

@@ -91,7 +91,11 @@ func (n *namespace) verify() error {
 		}
 		if s.msgVersion == s.version+1 {
 			var renew, grant []lease.Lease
+			recalled, cached := ring.NewTable(false), ring.NewTable(false)
 			n.table.Each(func(r ring.Range, a arc) {
+				if a.holder == name && a.st == Recalling && !a.orphan {
+					recalled.Set(r, true)
+				}
 				if a.holder != name || a.st != Granted || a.orphan {
 					return
 				}
@@ -104,6 +108,14 @@ func (n *namespace) verify() error {
 			if !slices.Equal(canonLeases(renew), s.renew) || !slices.Equal(canonLeases(grant), s.grant) {
 				return fmt.Errorf("session %q's cached message is stale: renew %v grant %v, cached %v %v",
 					name, canonLeases(renew), canonLeases(grant), s.renew, s.grant)
+			}
+			for _, r := range s.recalls {
+				cached.Set(r, true)
+			}
+			recalled.Compact()
+			cached.Compact()
+			if !ring.Equal(recalled, cached) || (s.msgRecalling == 0) != (len(s.recalls) == 0) {
+				return fmt.Errorf("session %q's cached recalls %v (%d arcs) are not its Recalling arcs", name, s.recalls, s.msgRecalling)
 			}
 		}
 	}
