@@ -36,8 +36,8 @@ type report struct {
 
 func newReport(cfg config, pinned bool) *report {
 	r := &report{Date: time.Now().Format("2006-01-02 15:04 MST"), Quick: cfg.quick, Pinned: pinned, Env: map[string]string{}, cfg: cfg}
-	r.Config = fmt.Sprintf("pairs wanted %d (the other targets in the first %d rounds), wrk warm-up %v then %v per run, latency %d rounds of %v runs, churn %v per balancer (a restart every %v, down %v), ring move %v + %v, quiet wait up to %v, lease duration %v (fuge-manager's default; %v in the churn section's namespace)",
-		cfg.rounds, cfg.otherRounds, cfg.warm, cfg.run, cfg.latRounds, cfg.latDur, cfg.churnDur, cfg.churnEvery, cfg.churnDown, cfg.moveSteady, cfg.moveAfter, cfg.quietMax, poolT, churnT)
+	r.Config = fmt.Sprintf("pairs wanted %d (the other targets in the first %d rounds), wrk warm-up %v then %v per run, latency %d rounds of %v runs (the round-robin and TLS targets in the first %d), churn %v per balancer (a restart every %v, down %v), ring move %v + %v, quiet wait up to %v, lease duration %v (fuge-manager's default; %v in the churn section's namespace)",
+		cfg.rounds, cfg.otherRounds, cfg.warm, cfg.run, cfg.latRounds, cfg.latDur, min(cfg.otherRounds, cfg.latRounds), cfg.churnDur, cfg.churnEvery, cfg.churnDown, cfg.moveSteady, cfg.moveAfter, cfg.quietMax, poolT, churnT)
 	sh := func(k string, args ...string) {
 		out, _ := exec.Command(args[0], args[1:]...).CombinedOutput()
 		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
@@ -208,7 +208,7 @@ func (r *report) markdown() string {
 	p("\n%s\n", bottleneck(r.Pairs))
 	p("\n![requests per second](throughput.png)\n\n![proxy CPU per request](cpu.png)\n\n")
 
-	p("## 2. Latency added per hop\n\n(a) `wrk -t1 -c1 --latency` for %v; (b) the harness's open-loop generator at %d requests/s over %d connections for the same time after %v at that rate unmeasured, request k due at k/rate (paced by a timerfd to the microsecond, not by Go's timers, which wake in whole milliseconds and would send bursts) on connection k mod %d: a request's time counts from when it was due, so a slow answer delays the next ones and they count it (no coordinated omission); the generator's own timer lateness, when the connection was idle and could have sent on time, is taken out. Each target is measured once in each of %d rounds, each round in another order; the figures are medians over the rounds, and \"added\" is the median over the rounds of the target minus direct in the same round (min–max beside it).\n\n", r.cfg.latDur, openRate, openConns, openWarm, openConns, r.cfg.latRounds)
+	p("## 2. Latency added per hop\n\n(a) `wrk -t1 -c1 --latency` for %v; (b) the harness's open-loop generator at %d requests/s over %d connections for the same time after %v at that rate unmeasured, request k due at k/rate (paced by a timerfd to the microsecond, not by Go's timers, which wake in whole milliseconds and would send bursts) on connection k mod %d: a request's time counts from when it was due, so a slow answer delays the next ones and they count it (no coordinated omission); the generator's own timer lateness, when the connection was idle and could have sent on time, is taken out. Each target is measured once in each of %d rounds (the round-robin targets and TLS to the backends in the first %d), each round in another order; the figures are medians over the rounds, and \"added\" is the median over the rounds of the target minus direct in the same round (min–max beside it).\n\n", r.cfg.latDur, openRate, openConns, openWarm, openConns, r.cfg.latRounds, min(r.cfg.otherRounds, r.cfg.latRounds))
 	p("| target | c1 p50 µs | c1 p99 µs | added p50 | added p99 | %d/s p50 µs | %d/s p99 µs | added p50 | added p99 | failed (c1 + open loop) |\n|---|---|---|---|---|---|---|---|---|---|\n", openRate, openRate)
 	for _, l := range r.Latency {
 		if l.Err != "" {
