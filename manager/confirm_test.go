@@ -13,18 +13,7 @@ import (
 // the pool converges with every arc held under the manager's generation.
 // The simulator checks the same over its fault schedules (make sim).
 func TestGrantConfirmationsSkipTheWalk(t *testing.T) {
-	c := newCluster(t, 1024)
-	verified := 0
-	c.onStep = func() {
-		verified++
-		if err := c.m.Verify(); err != nil {
-			t.Fatalf("after delivery %d: %v", verified, err)
-		}
-	}
-	for i := range 8 {
-		c.addOwner(ownerName(i), uint64(i+1))
-	}
-	c.run(10 * time.Minute)
+	c, verified := verifiedPool(t, 1024, 8)
 	before := c.m.Stats()
 	if before.FastConfirms == 0 {
 		t.Fatalf("8 owners joining: no confirmation took the fast path (%d requests accepted)", before.Accepted)
@@ -40,7 +29,7 @@ func TestGrantConfirmationsSkipTheWalk(t *testing.T) {
 		t.Fatalf("a join released nothing: the walk's path was not exercised")
 	}
 	t.Logf("%d deliveries verified; fast confirmations %d then %d of %d and %d accepted requests",
-		verified, before.FastConfirms, after.FastConfirms-before.FastConfirms, before.Accepted, after.Accepted-before.Accepted)
+		*verified, before.FastConfirms, after.FastConfirms-before.FastConfirms, before.Accepted, after.Accepted-before.Accepted)
 }
 
 // TestRecallAnswersSkipTheWalk checks that an owner answering a recall by
@@ -50,18 +39,7 @@ func TestGrantConfirmationsSkipTheWalk(t *testing.T) {
 // the cached recalls among them, hold after every delivery, and the pool
 // converges with every arc held under the manager's generation.
 func TestRecallAnswersSkipTheWalk(t *testing.T) {
-	c := newCluster(t, 4096)
-	verified := 0
-	c.onStep = func() {
-		verified++
-		if err := c.m.Verify(); err != nil {
-			t.Fatalf("after delivery %d: %v", verified, err)
-		}
-	}
-	for i := range 40 {
-		c.addOwner(ownerName(i), uint64(i+1))
-	}
-	c.run(10 * time.Minute)
+	c, verified := verifiedPool(t, 4096, 40)
 	s0 := c.m.Stats()
 	c.addOwner(ownerName(40), 41) // recalls from the others
 	c.run(10 * time.Minute)
@@ -80,5 +58,25 @@ func TestRecallAnswersSkipTheWalk(t *testing.T) {
 		t.Fatalf("a drain: no answer released without the walk (%d recalls)", s2.Recalls-s1.Recalls)
 	}
 	t.Logf("%d deliveries verified; releases without the walk: join %d of %d recalls, drain %d of %d",
-		verified, s1.FastReleases-s0.FastReleases, s1.Recalls-s0.Recalls, s2.FastReleases-s1.FastReleases, s2.Recalls-s1.Recalls)
+		*verified, s1.FastReleases-s0.FastReleases, s1.Recalls-s0.Recalls, s2.FastReleases-s1.FastReleases, s2.Recalls-s1.Recalls)
+}
+
+// verifiedPool returns a cluster of n owners at ring size r, converged,
+// that checks the core's invariants (Verify) after every delivery from its
+// start; verified counts the deliveries checked.
+func verifiedPool(t *testing.T, r, n int) (c *cluster, verified *int) {
+	t.Helper()
+	c = newCluster(t, r)
+	verified = new(int)
+	c.onStep = func() {
+		*verified++
+		if err := c.m.Verify(); err != nil {
+			t.Fatalf("after delivery %d: %v", *verified, err)
+		}
+	}
+	for i := range n {
+		c.addOwner(ownerName(i), uint64(i+1))
+	}
+	c.run(10 * time.Minute)
+	return c, verified
 }
