@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +24,47 @@ type proxyClient struct {
 	limits chan *fugev1.RateLimitConfig
 	relays chan *fugev1.GossipRelay
 	err    chan error
+
+	// mu serializes the stream's sends: the test's and the renewals'.
+	mu     sync.Mutex
+	closed bool // CloseSend was called: no more renewals
+}
+
+// send sends m on the session's stream.
+func (p *proxyClient) send(m *fugev1.ProxySessionRequest) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stream.Send(m)
+}
+
+// closeSend ends the session cleanly, as a proxy that shuts down does.
+func (p *proxyClient) closeSend() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	p.stream.CloseSend()
+}
+
+// renew sends a renewal every interval until the session is closed, as a
+// proxy does: a member that stops renewing leaves the view after the
+// suspect time (5/8 of the lease), and a test that takes longer than that
+// between its steps (as under -race on a busy machine) must not lose its
+// clients for it.
+func (p *proxyClient) renew(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for seq := uint64(1); ; seq++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		if !p.closed {
+			p.stream.Send(&fugev1.ProxySessionRequest{Msg: &fugev1.ProxySessionRequest_Renew{Renew: &fugev1.ProxyRenew{Seq: seq}}})
+		}
+		p.mu.Unlock()
+	}
 }
 
 func openProxy(t *testing.T, addr, ns, name string) *proxyClient {
@@ -61,6 +103,7 @@ func openProxy(t *testing.T, addr, ns, name string) *proxyClient {
 			}
 		}
 	}()
+	go p.renew(ctx, 100*time.Millisecond)
 	return p
 }
 
@@ -150,7 +193,7 @@ func TestProxySessionsGetViewsLimitsAndRelay(t *testing.T) {
 	}
 
 	// Relay: a's datagram reaches b, named as from a whatever a claims.
-	if err := a.stream.Send(&fugev1.ProxySessionRequest{Msg: &fugev1.ProxySessionRequest_Relay{Relay: &fugev1.GossipRelay{From: "pz", To: "pb", Payload: []byte("x")}}}); err != nil {
+	if err := a.send(&fugev1.ProxySessionRequest{Msg: &fugev1.ProxySessionRequest_Relay{Relay: &fugev1.GossipRelay{From: "pz", To: "pb", Payload: []byte("x")}}}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -163,7 +206,7 @@ func TestProxySessionsGetViewsLimitsAndRelay(t *testing.T) {
 	}
 
 	// b closes cleanly: a new view without it.
-	b.stream.CloseSend()
+	b.closeSend()
 	v := a.view(t, 1)
 	if v.Id <= va.Id || v.Registered != 1 {
 		t.Fatalf("after b left: %v", v)
