@@ -638,19 +638,11 @@ func (n *namespace) confirmsMessage(s *session, req lease.LeaseRequest) bool {
 	if !sameLeases(req.Held, union) {
 		return false
 	}
-	var idx []int
-	for _, l := range s.grant {
-		ok := true
-		n.indicesIn(l.Range, func(i int) {
-			r, a := n.table.At(i)
-			if ok && (a.holder != s.name || a.st != Granted || a.orphan || a.confirmed || a.gen != l.Gen || !within(r, l.Range)) {
-				ok = false
-			}
-			idx = append(idx, i)
-		})
-		if !ok {
-			return false
-		}
+	idx, ok := n.arcsIn(len(s.grant), func(k int) ring.Range { return s.grant[k].Range }, func(k int, a arc) bool {
+		return a.holder == s.name && a.st == Granted && !a.confirmed && a.gen == s.grant[k].Gen
+	})
+	if !ok {
+		return false
 	}
 	for _, i := range idx {
 		a := n.table.Value(i)
@@ -681,22 +673,14 @@ func (n *namespace) confirmsMessage(s *session, req lease.LeaseRequest) bool {
 // having changed nothing, where any of that does not hold.
 func (n *namespace) releasesMessage(s *session, req lease.LeaseRequest) bool {
 	if len(req.Migrated) > 0 || req.Leaving || s.msgVersion != s.version+1 || s.msgRecalling == 0 ||
-		len(s.grant) > 0 || len(s.in) > 0 || !sameLeases(req.Held, s.renew) {
-		return false
+		len(s.grant) > 0 || !sameLeases(req.Held, s.renew) {
+		return false // (with no grants there is no import: s.in is empty)
 	}
-	var release []int
-	for _, rr := range s.recalls {
-		ok := true
-		n.indicesIn(rr, func(i int) {
-			r, a := n.table.At(i)
-			if ok && (a.holder != s.name || a.st != Recalling || a.orphan || !within(r, rr)) {
-				ok = false
-			}
-			release = append(release, i)
-		})
-		if !ok {
-			return false
-		}
+	release, ok := n.arcsIn(len(s.recalls), func(k int) ring.Range { return s.recalls[k] }, func(_ int, a arc) bool {
+		return a.holder == s.name && a.st == Recalling
+	})
+	if !ok {
+		return false
 	}
 	for _, i := range release {
 		n.set(i, n.released(n.table.Value(i), false))
@@ -708,6 +692,26 @@ func (n *namespace) releasesMessage(s *session, req lease.LeaseRequest) bool {
 	s.msgVersion = s.version + 1
 	n.m.stats.FastReleases++
 	return true
+}
+
+// arcsIn returns the indexes of the arcs in ranges rangeAt(0..k-1) and
+// reports whether every one lies inside its range, is not an orphan and
+// passes want(k, arc): the check before a fast path (confirmsMessage,
+// releasesMessage) changes anything.
+func (n *namespace) arcsIn(k int, rangeAt func(int) ring.Range, want func(k int, a arc) bool) ([]int, bool) {
+	var idx []int
+	for j := range k {
+		rr, ok := rangeAt(j), true
+		n.indicesIn(rr, func(i int) {
+			r, a := n.table.At(i)
+			ok = ok && !a.orphan && within(r, rr) && want(j, a)
+			idx = append(idx, i)
+		})
+		if !ok {
+			return nil, false
+		}
+	}
+	return idx, true
 }
 
 // within reports whether arc r lies inside l (both half-open, (Start, End]).
