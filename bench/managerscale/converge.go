@@ -24,6 +24,11 @@ type convergence struct {
 	slowest      time.Duration // until the last lookup saw the slowest change
 	missed       int           // lookups that had not seen a change within the limit
 	leave, enter time.Duration // the slowest change of each kind, until every lookup saw it
+	// CPU used while the changes were timed, per change: by the manager
+	// nodes and by this generator (its owners, its lookups and the
+	// harness). On one machine the two share its cores, so a change is
+	// seen no sooner than their sum over the cores allows.
+	mgrCPU, genCPU time.Duration
 }
 
 func (c convergence) String() string {
@@ -35,6 +40,9 @@ func (c convergence) String() string {
 		c.leave.Round(time.Millisecond), c.enter.Round(time.Millisecond))
 	if c.missed > 0 {
 		s += fmt.Sprintf(", %d lookups did not see a change", c.missed)
+	}
+	if c.mgrCPU+c.genCPU > 0 {
+		s += fmt.Sprintf("; CPU a change: managers %v, generator %v", c.mgrCPU.Round(time.Millisecond), c.genCPU.Round(time.Millisecond))
 	}
 	return s
 }

@@ -440,8 +440,13 @@ func run(cfg config, bin, dir string) (result, error) {
 		if profDir != "" {
 			stopCPU = cpuProfiles(nodes, profDir, fmt.Sprintf("R%d.changes", ringSize))
 		}
+		mgr0, gen0 := cpuOf(nodes), cpuTicks(os.Getpid())
 		var err error
 		res.conv, err = p.timeChanges(ctx, httpAddr, cfg.changes, rnd, 5*time.Minute)
+		perChange := func(ticks int64) time.Duration {
+			return time.Duration(float64(ticks) / clockTicks / float64(cfg.changes) * float64(time.Second))
+		}
+		res.conv.mgrCPU, res.conv.genCPU = perChange(cpuOf(nodes)-mgr0), perChange(cpuTicks(os.Getpid())-gen0)
 		stopCPU()
 		if err != nil {
 			return res, err
