@@ -109,12 +109,11 @@ type session struct {
 	renew, grant []lease.Lease
 	out, in      []lease.Migration // migration orders (migrate.go)
 	msgVersion   uint64
-	// msgRecalling counts the arcs of s that were in neither list when the
-	// cache was built (Recalling ones): confirmsMessage needs none.
-	// recalls are where they lie, in ring order, adjacent ones merged:
-	// releasesMessage visits only those.
-	msgRecalling int
-	recalls      []ring.Range
+	// recalls are where the arcs of s that were in neither list lie
+	// (Recalling ones) when the cache was built, in ring order, adjacent
+	// ones merged: confirmsMessage needs none, releasesMessage visits only
+	// those.
+	recalls []ring.Range
 	// load is its latest load report (balance.go); nil until one.
 	load *ownerLoad
 
@@ -629,7 +628,7 @@ func (n *namespace) applyHeld(s *session, req lease.LeaseRequest) {
 // them on the leader's loop. It reports false, having changed nothing,
 // where any of that does not hold.
 func (n *namespace) confirmsMessage(s *session, req lease.LeaseRequest) bool {
-	if len(req.Migrated) > 0 || req.Leaving || s.msgVersion != s.version+1 || s.msgRecalling != 0 ||
+	if len(req.Migrated) > 0 || req.Leaving || s.msgVersion != s.version+1 || len(s.recalls) > 0 ||
 		len(s.grant) == 0 || len(req.Held) > len(s.renew)+len(s.grant) {
 		return false
 	}
@@ -672,7 +671,7 @@ func (n *namespace) confirmsMessage(s *session, req lease.LeaseRequest) bool {
 // walk: none of a join's answers at R = 65536 was one. It reports false,
 // having changed nothing, where any of that does not hold.
 func (n *namespace) releasesMessage(s *session, req lease.LeaseRequest) bool {
-	if len(req.Migrated) > 0 || req.Leaving || s.msgVersion != s.version+1 || s.msgRecalling == 0 ||
+	if len(req.Migrated) > 0 || req.Leaving || s.msgVersion != s.version+1 || len(s.recalls) == 0 ||
 		len(s.grant) > 0 || !sameLeases(req.Held, s.renew) {
 		return false // (with no grants there is no import: s.in is empty)
 	}
@@ -688,7 +687,7 @@ func (n *namespace) releasesMessage(s *session, req lease.LeaseRequest) bool {
 	}
 	n.changed = true
 	s.lastHeld, s.heldVersion = req.Held, s.version
-	s.out, s.recalls, s.msgRecalling = nil, nil, 0
+	s.out, s.recalls = nil, nil
 	s.msgVersion = s.version + 1
 	n.m.stats.FastReleases++
 	return true

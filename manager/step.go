@@ -519,12 +519,10 @@ func (n *namespace) message(s *session, now int64) lease.LeaseResponse {
 		var renew, grant []lease.Lease
 		var out, in []lease.Migration
 		var recalls []ring.Range
-		others := 0
 		n.arcsOf(s, func(i int) {
 			out, in = n.migrationOrder(i, out, in)
 			r, a := n.table.At(i)
 			if a.st != Granted {
-				others++
 				if k := len(recalls) - 1; k >= 0 && recalls[k].End == r.Start {
 					recalls[k].End = r.End
 				} else {
@@ -540,7 +538,7 @@ func (n *namespace) message(s *session, now int64) lease.LeaseResponse {
 		})
 		s.renew, s.grant = canonLeases(renew), canonLeases(grant)
 		s.out, s.in = closeMigrations(out), closeMigrations(in)
-		s.msgRecalling, s.recalls = others, recalls
+		s.recalls = recalls
 		s.msgVersion = s.version + 1
 	}
 	if len(s.renew)+len(s.grant) > 0 {
