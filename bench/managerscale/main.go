@@ -54,6 +54,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -188,6 +189,10 @@ func startManager(bin, dir, id, join string, leaseT time.Duration, memLimit stri
 	}
 	n.cmd = exec.Command(bin, args...)
 	n.cmd.Stdout, n.cmd.Stderr = os.Stderr, os.Stderr
+	// A manager never outlives this generator: killed or crashed, it
+	// would leave three managers running, and the next run would measure
+	// their CPU as noise.
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := n.cmd.Start(); err != nil {
 		return nil, err
 	}
