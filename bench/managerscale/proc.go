@@ -31,7 +31,9 @@ func cpuTicks(pid int) int64 {
 	return ut + st
 }
 
-// rssMB is a process's resident set size in MB.
+// rssMB is a process's resident set in MiB (2^20 bytes: /proc reports
+// kB of 1,024 bytes). The summary line's "MB" and the goals are read in
+// the same unit.
 func rssMB(pid int) float64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {

@@ -31,7 +31,7 @@ func printTable(cfg config, results []result) {
 	fmt.Printf("\nmanagerscale: fuge-manager processes, lease T=%v, memory limit %s, %d lookup streams per TCP connection, 127.0.0.1, %d cores\n\n",
 		cfg.lease, memLimit, cfg.perConn, numCPU())
 	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "configuration\tphase\tnode\tmanager CPU (% of a core)\tpeak RSS (MB)\tbytes/s in\tbytes/s out\tgoal\tnotes")
+	fmt.Fprintln(w, "configuration\tphase\tnode\tmanager CPU (% of a core)\tpeak RSS (MiB)\tbytes/s in\tbytes/s out\tgoal\tnotes")
 	for _, res := range results {
 		for _, r := range res.rows {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%.2f\t%.1f\t%.0f\t%.0f\t%s\t%s\n", r.config, r.phase, r.node, r.cpu, r.rssMB, r.inBps, r.outBps, goals(cfg, r.phase), r.note)
@@ -63,7 +63,7 @@ func markdownTable(cfg config, results []result) string {
 	}
 	fmt.Fprintf(&b, "%d owners, %d lookups (%d streams per TCP connection%s), %d manager node(s), lease T=%v, memory limit %s, %d cores:\n\n",
 		cfg.owners, cfg.lookups, cfg.perConn, paced(cfg), cfg.nodes, cfg.lease, memLimit, numCPU())
-	b.WriteString("| R | phase | node | CPU (% of a core) | peak RSS (MB) | bytes/s out | owners hold | lookups synced | change seen by every lookup (p50 / p99 per lookup, slowest) |\n")
+	b.WriteString("| R | phase | node | CPU (% of a core) | peak RSS (MiB) | bytes/s out | owners hold | lookups synced | change seen by every lookup (p50 / p99 per lookup, slowest) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, res := range results {
 		for i, r := range res.rows {
