@@ -62,6 +62,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if c.MemoryLimit > 0 {
 		debug.SetMemoryLimit(c.MemoryLimit)
 	}
+	startGCGoal(ctx, getenv, log)
 	if c.File != "" {
 		log.Info("read configuration", "file", c.File)
 	}
