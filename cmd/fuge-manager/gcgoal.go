@@ -60,8 +60,8 @@ func gcGoal(ctx context.Context, base int, tick <-chan time.Time, read func() (l
 		}
 		live, stacks, globals := read()
 		p := gcPercentFor(base, live, stacks, globals)
-		if p == cur || (p-cur < 5 && cur-p < 5 && p != base) {
-			continue
+		if d := p - cur; d == 0 || (-5 < d && d < 5 && p != base) {
+			continue // unchanged, or a small move other than back to base
 		}
 		set(p)
 		log.Debug("GC percent set so that stacks do not raise the heap goal",
@@ -70,20 +70,23 @@ func gcGoal(ctx context.Context, base int, tick <-chan time.Time, read func() (l
 	}
 }
 
-// readGCGoalMetrics reads gcGoalMetrics from the runtime.
-func readGCGoalMetrics() (live, stacks, globals uint64) {
+// gcGoalReader returns a function that reads gcGoalMetrics from the
+// runtime, into samples it keeps from call to call.
+func gcGoalReader() func() (live, stacks, globals uint64) {
 	s := make([]metrics.Sample, len(gcGoalMetrics))
 	for i, name := range gcGoalMetrics {
 		s[i].Name = name
 	}
-	metrics.Read(s)
 	v := func(i int) uint64 {
 		if s[i].Value.Kind() != metrics.KindUint64 {
 			return 0
 		}
 		return s[i].Value.Uint64()
 	}
-	return v(0), v(1), v(2)
+	return func() (uint64, uint64, uint64) {
+		metrics.Read(s)
+		return v(0), v(1), v(2)
+	}
 }
 
 // startGCGoal runs gcGoal every second, until ctx ends, unless GOGC is
@@ -95,7 +98,7 @@ func startGCGoal(ctx context.Context, getenv func(string) string, log *slog.Logg
 	t := time.NewTicker(time.Second)
 	go func() {
 		defer t.Stop()
-		gcGoal(ctx, 100, t.C, readGCGoalMetrics, debug.SetGCPercent, log)
+		gcGoal(ctx, 100, t.C, gcGoalReader(), debug.SetGCPercent, log)
 	}()
 	return true
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -109,4 +110,22 @@ func TestGCGoalLeavesGOGC(t *testing.T) {
 	if !startGCGoal(ctx, func(string) string { return "" }, slog.New(slog.DiscardHandler)) {
 		t.Error("GOGC unset: the GC goal loop did not start")
 	}
+}
+
+// TestGCGoalReaderReadsTheRuntime: the metrics' names are the runtime's
+// (a misspelt one reads as 0), and the reader can be called again.
+func TestGCGoalReaderReadsTheRuntime(t *testing.T) {
+	read := gcGoalReader()
+	keep := make([][]byte, 64)
+	for i := range keep {
+		keep[i] = make([]byte, 64<<10)
+	}
+	runtime.GC()
+	for range 2 {
+		live, stacks, globals := read()
+		if live < 4<<20 || stacks == 0 || globals == 0 {
+			t.Fatalf("live heap %d, stacks %d, globals %d: want 4 MiB or more live and some of each", live, stacks, globals)
+		}
+	}
+	runtime.KeepAlive(keep)
 }
