@@ -250,7 +250,14 @@
 // ValidateAll before it is published; a view whose resources do not is
 // logged and counted (Stats.BadRings) and the last good resources stay.
 // Ring views share the namespace's coalescing (at most one publication per
-// FlushInterval, the first at once, the latest winning). A publication
+// FlushInterval, the first at once, the latest winning). Until a client
+// asks for one of a namespace's Envoy types, its ring views are only
+// checked as a publication would check them and the latest good one kept;
+// the first such request publishes it before its watch is made, and later
+// views are published as they come. Building the resources costs in
+// proportion to the owners (21 ms and 7 MB of allocation at 5,000), on
+// every node and for every change, which a pool served only to Lookups
+// and fuge-proxies would pay for nothing. A publication
 // compares each resource with the one last published and updates only
 // those that changed, at the view's version: a join or a drain sends new
 // Endpoints and nothing else. Versions are raft indexes, the same on every

@@ -277,19 +277,52 @@ func adsSource() *core.ConfigSource {
 
 // socketAddress parses host:port into a TCP socket address.
 func socketAddress(hostPort string) (*core.Address, error) {
-	host, port, err := net.SplitHostPort(hostPort)
+	host, port, err := splitHostPort(hostPort)
 	if err != nil {
-		return nil, fmt.Errorf("address %q: %w", hostPort, err)
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil || host == "" {
-		return nil, fmt.Errorf("address %q: want HOST:PORT with a port in [0, 65535]", hostPort)
+		return nil, err
 	}
 	return &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
 		Protocol:      core.SocketAddress_TCP,
 		Address:       host,
-		PortSpecifier: &core.SocketAddress_PortValue{PortValue: uint32(p)},
+		PortSpecifier: &core.SocketAddress_PortValue{PortValue: port},
 	}}}, nil
+}
+
+// splitHostPort is host:port's host, which must not be empty, and port.
+func splitHostPort(hostPort string) (string, uint32, error) {
+	host, port, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return "", 0, fmt.Errorf("address %q: %w", hostPort, err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || host == "" {
+		return "", 0, fmt.Errorf("address %q: want HOST:PORT with a port in [0, 65535]", hostPort)
+	}
+	return host, uint32(p), nil
+}
+
+// checkRing returns the error BuildEnvoyResources would, without building
+// the endpoints: the view's rules (validateRing), every resource but the
+// endpoints built and validated as for a view without owners (they depend
+// on the namespace, the header, the ring size and the listener only), and
+// each owner's address parsed, which is all an endpoint's validation can
+// refuse (an owner without virtual nodes is left out, as there).
+func checkRing(ns string, v lease.RingView, listenerAddr string) error {
+	if err := validateRing(ns, v); err != nil {
+		return err
+	}
+	if _, err := BuildEnvoyResources(ns, lease.RingView{RingSize: v.RingSize, Header: v.Header}, listenerAddr); err != nil {
+		return err
+	}
+	for _, o := range v.Owners {
+		if o.VNodes == 0 {
+			continue
+		}
+		if _, _, err := splitHostPort(o.Addr); err != nil {
+			return fmt.Errorf("%w: owner %q: %w", ErrInvalidRing, o.Name, err)
+		}
+	}
+	return nil
 }
 
 // mustAny packs a message whose type is linked in; it cannot fail.

@@ -64,6 +64,7 @@ func (m mux) route(node *core.Node, typeURL string, sub cache.Subscription) (*ty
 }
 
 func (m mux) CreateWatch(req *cache.Request, sub cache.Subscription, out chan cache.Response) (func(), error) {
+	m.want(req.GetNode(), req.GetTypeUrl())
 	m.t.mu.RLock()
 	defer m.t.mu.RUnlock()
 	c, err := m.route(req.GetNode(), req.GetTypeUrl(), sub)
@@ -74,6 +75,7 @@ func (m mux) CreateWatch(req *cache.Request, sub cache.Subscription, out chan ca
 }
 
 func (m mux) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, out chan cache.DeltaResponse) (func(), error) {
+	m.want(req.GetNode(), req.GetTypeUrl())
 	m.t.mu.RLock()
 	defer m.t.mu.RUnlock()
 	c, err := m.route(req.GetNode(), req.GetTypeUrl(), sub)
@@ -84,6 +86,7 @@ func (m mux) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, o
 }
 
 func (m mux) Fetch(ctx context.Context, req *cache.Request) (cache.Response, error) {
+	m.want(req.GetNode(), req.GetTypeUrl())
 	m.t.mu.RLock()
 	defer m.t.mu.RUnlock()
 	c, err := m.route(req.GetNode(), req.GetTypeUrl(), stream.NewSotwSubscription(nil, true))

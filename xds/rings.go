@@ -3,6 +3,8 @@ package xds
 import (
 	"strconv"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fuge-project/fuge/lease"
@@ -20,7 +22,9 @@ import (
 // first ring view of a namespace is applied at once, later ones at most
 // once per FlushInterval, the latest one winning. A view whose resources
 // fail to build or validate is logged, counted (Stats.BadRings) and
-// skipped. The owners slice must not be modified afterwards. It satisfies
+// skipped. Until an Envoy or gRPC client asks for the namespace, a view is
+// only checked and kept (deferRingLocked, mux.want). The owners slice must
+// not be modified afterwards. It satisfies
 // manager.RingObserver.
 func (t *LeaseTable) NamespaceRing(ns string, v lease.RingView, version uint64) {
 	t.rings.Add(1)
@@ -79,10 +83,8 @@ func (t *LeaseTable) publishRingLocked(ns string, sp *space, r *ringNote) {
 		sets[it.typeURL][it.name] = rs
 	}
 	t.ringPushes.Add(1)
-	if !sp.ringLive {
-		sp.ringLive = true
-		t.log.Info("serving namespace to Envoy and gRPC", "ns", ns, "owners", len(r.view.Owners), "version", r.version)
-	}
+	sp.deferredRing = nil
+	t.ringLiveLocked(ns, sp, r)
 	for _, it := range items {
 		if rs := sets[it.typeURL][it.name]; rs != nil {
 			if sp.envoy[it.typeURL] == nil {
@@ -99,5 +101,65 @@ func (t *LeaseTable) publishRingLocked(ns string, sp *space, r *ringNote) {
 		if set := sets[typeURL]; len(set) > 0 {
 			sp.caches[typeURL].update(version, set, nil)
 		}
+	}
+}
+
+// ringLiveLocked marks a namespace's ring as served, the first time with a
+// log line. The caller holds t.mu.
+func (t *LeaseTable) ringLiveLocked(ns string, sp *space, r *ringNote) {
+	if !sp.ringLive {
+		sp.ringLive = true
+		t.log.Info("serving namespace to Envoy and gRPC", "ns", ns, "owners", len(r.view.Owners), "version", r.version)
+	}
+}
+
+// deferRingLocked keeps a ring view of a namespace no Envoy or gRPC client
+// has asked for yet (space.envoyWanted), to be published when one does
+// (want). It is checked now, as publishing it would: a bad one is logged,
+// counted (Stats.BadRings) and skipped, and the last good one stays kept.
+// The check is what BuildEnvoyResources refuses, without building: the
+// ring's rules, the owners' and the listener's addresses, and the route
+// and cluster a ring's header and size make. The caller holds t.mu.
+func (t *LeaseTable) deferRingLocked(ns string, sp *space, r *ringNote) {
+	if err := checkRing(ns, r.view, t.listener); err != nil {
+		t.badRings.Add(1)
+		t.log.Error("refusing namespace ring", "ns", ns, "version", r.version, "err", err)
+		return
+	}
+	sp.deferredRing = r
+	t.ringLiveLocked(ns, sp, r)
+}
+
+// want publishes the ring kept for the namespace that node names before a
+// watch on typeURL is made, if typeURL is one of the Envoy types, and has
+// the namespace's later rings published as they come. A request that
+// names no namespace, or one this node does not know, changes nothing
+// (route refuses it).
+func (m mux) want(node *core.Node, typeURL string) {
+	switch typeURL {
+	case ListenerTypeURL, RouteTypeURL, ClusterTypeURL, EndpointTypeURL:
+	default:
+		return
+	}
+	ns, err := namespaceOf(node)
+	if err != nil {
+		return
+	}
+	t := m.t
+	t.mu.RLock()
+	sp := t.spaces[ns]
+	wanted := sp == nil || sp.envoyWanted
+	t.mu.RUnlock()
+	if wanted {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if sp = t.spaces[ns]; sp == nil || sp.envoyWanted {
+		return
+	}
+	sp.envoyWanted = true
+	if r := sp.deferredRing; r != nil {
+		t.publishRingLocked(ns, sp, r)
 	}
 }

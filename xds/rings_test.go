@@ -373,6 +373,9 @@ func TestRingCoalescing(t *testing.T) {
 	fc := newFakeClock()
 	lt, _ := newTestServerClock(t, LeaseTableConfig{}, fc)
 	lt.NamespaceView("ns", fourArcs(), 1)
+	// As if an Envoy client had asked: rings are published as they come
+	// (TestRingDeferredUntilWanted is the table before one has).
+	mux{lt}.want(testNode("ns"), ClusterTypeURL)
 	lt.NamespaceRing("ns", apportioned(t, 16, "a"), 2)
 	if v := cacheVersion(lt, "ns", EndpointTypeURL); v != "2" {
 		t.Fatalf("first ring published at %q, want at once at 2", v)
@@ -413,12 +416,87 @@ func TestRingCoalescing(t *testing.T) {
 	}
 
 	// A ring that arrives before the namespace's first view is published
-	// at once; the namespace is served when its view arrives.
+	// at once (kept at once, if nobody has asked for it yet); the
+	// namespace is served when its view arrives.
 	lt.NamespaceRing("new", apportioned(t, 16, "a"), 3)
+	if v := cacheVersion(lt, "new", ClusterTypeURL); v != "0" {
+		t.Errorf("ring of a namespace nobody asked for published at %q", v)
+	}
+	mux{lt}.want(testNode("new"), ClusterTypeURL)
 	if v := cacheVersion(lt, "new", ClusterTypeURL); v != "3" {
 		t.Errorf("ring of a namespace without a view published at %q", v)
 	}
 	if s := lt.Stats(); s.Namespaces != 1 {
 		t.Errorf("stats %+v, want only ns served", s)
+	}
+}
+
+// TestRingDeferredUntilWanted: a namespace's rings are checked and kept,
+// not built, until an Envoy or gRPC client asks for one of its Envoy
+// types; that client then receives the latest good ring, and later rings
+// are published as they come. A bad ring is refused when it arrives, as
+// when rings are published; a Lookup, or a request naming another
+// namespace, leaves the rings kept.
+func TestRingDeferredUntilWanted(t *testing.T) {
+	ctx := testContext(t)
+	fc := newFakeClock()
+	lt, conn := newTestServerClock(t, LeaseTableConfig{}, fc)
+	lt.NamespaceView("ns", fourArcs(), 1)
+	lt.NamespaceRing("ns", apportioned(t, 16, "a"), 2)
+	fc.Advance(FlushInterval)
+	v3 := apportioned(t, 16, "a", "b")
+	lt.NamespaceRing("ns", v3, 3)
+	fc.Advance(FlushInterval)
+	bad := apportioned(t, 16, "a", "b", "c")
+	bad.Owners[1].Addr = "no port"
+	lt.NamespaceRing("ns", bad, 4)
+	fc.Advance(FlushInterval)
+	badHeader := apportioned(t, 16, "a", "b", "c")
+	badHeader.Header = "bad\nheader"
+	lt.NamespaceRing("ns", badHeader, 5)
+	fc.Advance(FlushInterval)
+	unknown := func() {
+		t.Helper()
+		for _, typeURL := range []string{ListenerTypeURL, RouteTypeURL, ClusterTypeURL, EndpointTypeURL} {
+			if v := cacheVersion(lt, "ns", typeURL); v != "0" {
+				t.Fatalf("%s published at %q before anyone asked", typeURL, v)
+			}
+		}
+	}
+	unknown()
+	if s := lt.Stats(); s.Rings != 4 || s.RingPushes != 0 || s.BadRings != 2 {
+		t.Fatalf("stats %+v, want 4 rings, none pushed, 2 bad", s)
+	}
+	// Neither a Lookup's type nor another namespace's request publishes.
+	mux{lt}.want(testNode("ns"), ArcBlockTypeURL)
+	mux{lt}.want(testNode("other"), EndpointTypeURL)
+	mux{lt}.want(&core.Node{Id: "no namespace"}, EndpointTypeURL)
+	unknown()
+
+	// A gRPC client asking for the endpoints first, then the rest,
+	// receives ring 3, the last good one.
+	c := openNamedSotw(ctx, t, conn)
+	c.subscribe(testNode("ns"), EndpointTypeURL, "ns")
+	st := newEnvoyState()
+	st.sotw(t, c.recv())
+	for _, typeURL := range []string{ListenerTypeURL, RouteTypeURL, ClusterTypeURL} {
+		c.subscribe(nil, typeURL, "ns")
+		st.sotw(t, c.recv())
+	}
+	st.check(t, "ns", v3, map[string]string{ListenerTypeURL: "3", RouteTypeURL: "3", ClusterTypeURL: "3", EndpointTypeURL: "3"}, "ns")
+	if s := lt.Stats(); s.RingPushes != 1 || s.BadRings != 2 {
+		t.Fatalf("stats %+v, want 1 ring pushed", s)
+	}
+	// From now on a ring is published as it comes.
+	v6 := apportioned(t, 16, "a", "b", "c")
+	lt.NamespaceRing("ns", v6, 6)
+	resp := c.recv()
+	if resp.TypeUrl != EndpointTypeURL || resp.VersionInfo != "6" {
+		t.Fatalf("after a join: %s at %q, want endpoints at 6", resp.TypeUrl, resp.VersionInfo)
+	}
+	st.sotw(t, resp)
+	st.check(t, "ns", v6, map[string]string{ListenerTypeURL: "3", EndpointTypeURL: "6"}, "ns")
+	if s := lt.Stats(); s.RingPushes != 2 {
+		t.Errorf("stats %+v, want 2 rings pushed", s)
 	}
 }

@@ -84,7 +84,7 @@ type Stats struct {
 	Flushes    uint64 // views applied to the caches; the others were coalesced
 	BadRings   uint64 // ring views whose Envoy resources failed to build or validate
 	Rings      uint64 // ring views received (NamespaceRing calls)
-	RingPushes uint64 // ring views applied to the caches; the others were coalesced
+	RingPushes uint64 // ring views applied to the caches; the others were coalesced, or replaced while no Envoy or gRPC client had asked for the namespace
 }
 
 // LeaseTable serves each namespace's lookup view over xDS: 64
@@ -158,6 +158,14 @@ type space struct {
 	// published, by type URL and name, to tell which ones a ring changes.
 	ringLive bool
 	envoy    map[string]map[string]proto.Message
+	// envoyWanted is set once an Envoy or gRPC client has asked for one
+	// of the namespace's Envoy types (mux.want). Until then a ring view
+	// is only checked and kept, as deferredRing: building and marshalling
+	// the resources costs in proportion to the owners (21 ms and 7 MB at
+	// 5,000), on every node, for every ring change, and a pool whose
+	// routers are Lookups and fuge-proxies never reads them.
+	envoyWanted  bool
+	deferredRing *ringNote
 
 	// Coalescing: when the view or ring was last published, the latest
 	// view and ring not yet published, and the timer that will publish
@@ -325,7 +333,11 @@ func (t *LeaseTable) flushLocked(ns string, sp *space) {
 		t.publishViewLocked(ns, sp, v)
 	}
 	if r != nil {
-		t.publishRingLocked(ns, sp, r)
+		if sp.envoyWanted {
+			t.publishRingLocked(ns, sp, r)
+		} else {
+			t.deferRingLocked(ns, sp, r)
+		}
 	}
 }
 
@@ -438,6 +450,7 @@ func (t *LeaseTable) NamespaceDeleted(ns string) {
 	sp.lsn = 0
 	sp.seq = 0
 	sp.ringLive = false
+	sp.deferredRing = nil
 	clear(sp.envoy)
 	for _, c := range sp.caches {
 		c.clear("deleted")
