@@ -329,6 +329,30 @@ func TestBuildEnvoyResourcesRefuses(t *testing.T) {
 			if !errors.Is(err, ErrInvalidRing) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want %v mentioning %q", err, ErrInvalidRing, tc.want)
 			}
+			// A ring kept unbuilt (deferRingLocked) is refused alike.
+			if cerr := checkRing(tc.ns, v, tc.listener); cerr == nil || cerr.Error() != err.Error() {
+				t.Errorf("checkRing: %v, want %v", cerr, err)
+			}
 		})
+	}
+}
+
+// TestCheckRingAccepts: what BuildEnvoyResources builds, checkRing passes,
+// an owner without virtual nodes included whatever its address (both
+// leave it out).
+func TestCheckRingAccepts(t *testing.T) {
+	v := sampleRing()
+	if _, err := BuildEnvoyResources("ns", v, DefaultEnvoyListener); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkRing("ns", v, DefaultEnvoyListener); err != nil {
+		t.Errorf("checkRing: %v", err)
+	}
+	v.Owners = append(v.Owners, lease.RingOwner{Name: "idle", Addr: "no port", VNodes: 0})
+	if _, err := BuildEnvoyResources("ns", v, DefaultEnvoyListener); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkRing("ns", v, DefaultEnvoyListener); err != nil {
+		t.Errorf("checkRing with an owner without entries: %v", err)
 	}
 }
