@@ -111,3 +111,30 @@ func BenchmarkApportion(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDiff measures the moves between a ring and the ring after one
+// owner of n joined, at R entries (even splits), as the manager's
+// updateDesired does on every join.
+func BenchmarkDiff(b *testing.B) {
+	for _, tc := range []struct{ r, n int }{{4096, 500}, {8192, 5000}, {65536, 500}} {
+		b.Run(fmt.Sprintf("R=%d/owners=%d", tc.r, tc.n), func(b *testing.B) {
+			names := make([]string, tc.n+1)
+			for i := range names {
+				names[i] = fmt.Sprintf("owner-%04d", i)
+			}
+			before, err := Apportion(names[:tc.n], tc.r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			after, err := Apportion(names, tc.r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			x, y := mustRing(b, before), mustRing(b, after)
+			b.ReportAllocs()
+			for b.Loop() {
+				sink += len(Diff(x, y))
+			}
+		})
+	}
+}
