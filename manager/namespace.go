@@ -144,6 +144,10 @@ type namespace struct {
 	sessions       map[string]*session
 	byAddr         map[string][]string // the names of the sessions with each address (putSession)
 	ringMark       uint64              // ringNames's count of calls (session.ringMark)
+	// ringNames's two lists, kept between calls: it runs on every join
+	// and leave, and two new lists of every name each time were 0.8 GB of
+	// BenchmarkStorm10x's 5,000 joins.
+	ringKept, ringMerged []string
 	retired        map[string][]uint64 // per owner name, nonces of ended incarnations
 	addrs          map[string]string   // last known address per owner name
 	desired        *ring.Ring

@@ -295,14 +295,16 @@ func (n *namespace) desiredRing() *ring.Ring {
 // The desired ring's owners are sorted already: they are kept in order and
 // only the names that joined since are sorted and merged in, so that a join
 // among 5,000 owners costs no sort of all of them (1 ms here; apportioning
-// and building the ring take sorted names without sorting them again).
+// and building the ring take sorted names without sorting them again). The
+// list is valid until the next call (its memory is reused).
 func (n *namespace) ringNames() []string {
 	n.ringMark++
 	var prev []ring.Owner
 	if n.desired != nil {
 		prev = n.desired.Owners()
 	}
-	kept := make([]string, 0, len(n.sessions))
+	kept := n.ringKept[:0]
+	defer func() { n.ringKept = kept[:0] }()
 	for _, o := range prev {
 		if s := n.sessions[o.Name]; s != nil && !s.draining {
 			kept = append(kept, o.Name)
@@ -319,7 +321,8 @@ func (n *namespace) ringNames() []string {
 		return kept
 	}
 	slices.Sort(added)
-	names := make([]string, 0, len(kept)+len(added))
+	names := slices.Grow(n.ringMerged[:0], len(kept)+len(added))
+	defer func() { n.ringMerged = names[:0] }()
 	i, j := 0, 0
 	for i < len(kept) || j < len(added) {
 		if j == len(added) || i < len(kept) && kept[i] < added[j] {
