@@ -138,23 +138,23 @@ func (s *session) unsent(a arc) bool {
 
 // namespace is one pool: its owners, lease table and change log.
 type namespace struct {
-	m              *Manager
-	cfg            NamespaceConfig
-	hold           time.Duration
-	sessions       map[string]*session
-	byAddr         map[string][]string // the names of the sessions with each address (putSession)
-	ringMark       uint64              // ringNames's count of calls (session.ringMark)
+	m        *Manager
+	cfg      NamespaceConfig
+	hold     time.Duration
+	sessions map[string]*session
+	byAddr   map[string][]string // the names of the sessions with each address (putSession)
+	ringMark uint64              // ringNames's count of calls (session.ringMark)
 	// ringNames's two lists, kept between calls: it runs on every join
 	// and leave, and two new lists of every name each time were 0.8 GB of
 	// BenchmarkStorm10x's 5,000 joins.
 	ringKept, ringMerged []string
-	retired        map[string][]uint64 // per owner name, nonces of ended incarnations
-	addrs          map[string]string   // last known address per owner name
-	desired        *ring.Ring
-	membersChanged bool // the desired ring must be recomputed
-	changed        bool // an arc was freed or changed hands: reconcile and publish
-	split          bool // arcs were split to match an owner's ranges: compact
-	table          *ring.Table[arc]
+	retired              map[string][]uint64 // per owner name, nonces of ended incarnations
+	addrs                map[string]string   // last known address per owner name
+	desired              *ring.Ring
+	membersChanged       bool // the desired ring must be recomputed
+	changed              bool // an arc was freed or changed hands: reconcile and publish
+	split                bool // arcs were split to match an owner's ranges: compact
+	table                *ring.Table[arc]
 	// view is the lookups' view of the table (view.go). Its equal
 	// neighbours are merged only now and then (boundView): a view kept
 	// merged was cut again by the next grant of a merged arc, and each
