@@ -304,13 +304,13 @@ func (n *namespace) ringNames() []string {
 		prev = n.desired.Owners()
 	}
 	kept := n.ringKept[:0]
-	defer func() { n.ringKept = kept[:0] }()
 	for _, o := range prev {
 		if s := n.sessions[o.Name]; s != nil && !s.draining {
 			kept = append(kept, o.Name)
 			s.ringMark = n.ringMark
 		}
 	}
+	n.ringKept = kept
 	var added []string
 	for name, s := range n.sessions {
 		if !s.draining && s.ringMark != n.ringMark {
@@ -322,7 +322,6 @@ func (n *namespace) ringNames() []string {
 	}
 	slices.Sort(added)
 	names := slices.Grow(n.ringMerged[:0], len(kept)+len(added))
-	defer func() { n.ringMerged = names[:0] }()
 	i, j := 0, 0
 	for i < len(kept) || j < len(added) {
 		if j == len(added) || i < len(kept) && kept[i] < added[j] {
@@ -333,6 +332,7 @@ func (n *namespace) ringNames() []string {
 			j++
 		}
 	}
+	n.ringMerged = names
 	return names
 }
 

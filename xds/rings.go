@@ -48,8 +48,7 @@ func (t *LeaseTable) NamespaceRing(ns string, v lease.RingView, version uint64) 
 func (t *LeaseTable) publishRingLocked(ns string, sp *space, r *ringNote) {
 	res, err := BuildEnvoyResources(ns, r.view, t.listener)
 	if err != nil {
-		t.badRings.Add(1)
-		t.log.Error("refusing namespace ring", "ns", ns, "version", r.version, "err", err)
+		t.refuseRing(ns, r, err)
 		return
 	}
 	version := strconv.FormatUint(r.version, 10)
@@ -72,8 +71,7 @@ func (t *LeaseTable) publishRingLocked(ns string, sp *space, r *ringNote) {
 		}
 		rs, err := newResource(it.name, version, it.m)
 		if err != nil {
-			t.badRings.Add(1)
-			t.log.Error("refusing namespace ring", "ns", ns, "version", r.version, "err", err)
+			t.refuseRing(ns, r, err)
 			return
 		}
 		rs.explicit = it.explicit
@@ -122,8 +120,7 @@ func (t *LeaseTable) ringLiveLocked(ns string, sp *space, r *ringNote) {
 // and cluster a ring's header and size make. The caller holds t.mu.
 func (t *LeaseTable) deferRingLocked(ns string, sp *space, r *ringNote) {
 	if err := checkRing(ns, r.view, t.listener); err != nil {
-		t.badRings.Add(1)
-		t.log.Error("refusing namespace ring", "ns", ns, "version", r.version, "err", err)
+		t.refuseRing(ns, r, err)
 		return
 	}
 	sp.deferredRing = r
@@ -162,4 +159,11 @@ func (m mux) want(node *core.Node, typeURL string) {
 	if r := sp.deferredRing; r != nil {
 		t.publishRingLocked(ns, sp, r)
 	}
+}
+
+// refuseRing logs and counts (Stats.BadRings) a ring view that failed to
+// build or check.
+func (t *LeaseTable) refuseRing(ns string, r *ringNote, err error) {
+	t.badRings.Add(1)
+	t.log.Error("refusing namespace ring", "ns", ns, "version", r.version, "err", err)
 }

@@ -20,8 +20,7 @@ func BenchmarkNamespaceRing(b *testing.B) {
 				}
 				all, less := apportioned(b, 8192, names...), apportioned(b, 8192, names[1:]...)
 				fc := newFakeClock()
-				lt := NewLeaseTable(LeaseTableConfig{})
-				lt.clock = fc
+				lt := newLeaseTable(LeaseTableConfig{}, fc)
 				lt.NamespaceView("ns", fourArcs(), 1)
 				if wanted {
 					mux{lt}.want(testNode("ns"), EndpointTypeURL)

@@ -192,6 +192,17 @@ func (c *namedSotw) recv() *discovery.DiscoveryResponse {
 	return resp
 }
 
+// recvAt receives the next response, which must be of typeURL at version
+// (after what happened: when), and applies it to st.
+func (c *namedSotw) recvAt(st *envoyState, typeURL, version, when string) {
+	c.t.Helper()
+	resp := c.recv()
+	if resp.TypeUrl != typeURL || resp.VersionInfo != version {
+		c.t.Fatalf("after %s: %s at %q, want %s at %s", when, resp.TypeUrl, resp.VersionInfo, typeURL, version)
+	}
+	st.sotw(c.t, resp)
+}
+
 // TestEnvoySotw follows an Envoy-like state-of-the-world ADS client:
 // wildcard Listeners, then the Route the Listener names, wildcard
 // Clusters, then the Endpoints the Cluster names; an owner joins and only
@@ -226,11 +237,7 @@ func TestEnvoySotw(t *testing.T) {
 	fc.Advance(FlushInterval)
 	v2 := apportioned(t, 16, "a", "b", "c")
 	lt.NamespaceRing("ns", v2, 9)
-	resp := c.recv()
-	if resp.TypeUrl != EndpointTypeURL || resp.VersionInfo != "9" {
-		t.Fatalf("after the join: %s at %q, want endpoints at 9", resp.TypeUrl, resp.VersionInfo)
-	}
-	st.sotw(t, resp)
+	c.recvAt(st, EndpointTypeURL, "9", "the join")
 	st.check(t, "ns", v2, map[string]string{ListenerTypeURL: "7", RouteTypeURL: "7", ClusterTypeURL: "7", EndpointTypeURL: "9"}, "ns/envoy")
 	for _, typeURL := range []string{ListenerTypeURL, RouteTypeURL, ClusterTypeURL} {
 		if v := cacheVersion(lt, "ns", typeURL); v != "7" {
@@ -245,11 +252,7 @@ func TestEnvoySotw(t *testing.T) {
 	v3 := v2
 	v3.Header = "X-User"
 	lt.NamespaceRing("ns", v3, 11)
-	resp = c.recv()
-	if resp.TypeUrl != RouteTypeURL || resp.VersionInfo != "11" {
-		t.Fatalf("after the header change: %s at %q, want the route at 11", resp.TypeUrl, resp.VersionInfo)
-	}
-	st.sotw(t, resp)
+	c.recvAt(st, RouteTypeURL, "11", "the header change")
 	st.check(t, "ns", v3, map[string]string{RouteTypeURL: "11", EndpointTypeURL: "9"}, "ns/envoy")
 	if s := lt.Stats(); s.Rings != 4 || s.RingPushes != 4 || s.BadRings != 0 || s.NACKs != 0 {
 		t.Errorf("stats %+v, want 4 rings, 4 pushes", s)
@@ -289,11 +292,7 @@ func TestGRPCSotw(t *testing.T) {
 	fc.Advance(FlushInterval)
 	v2 := apportioned(t, 64, "a", "c")
 	lt.NamespaceRing("ns", v2, 5)
-	resp := c.recv()
-	if resp.TypeUrl != EndpointTypeURL || resp.VersionInfo != "5" {
-		t.Fatalf("after the drain: %s at %q, want endpoints at 5", resp.TypeUrl, resp.VersionInfo)
-	}
-	st.sotw(t, resp)
+	c.recvAt(st, EndpointTypeURL, "5", "the drain")
 	st.check(t, "ns", v2, map[string]string{EndpointTypeURL: "5"}, "ns")
 
 	// A listener that does not exist is answered at once, with no
@@ -490,11 +489,7 @@ func TestRingDeferredUntilWanted(t *testing.T) {
 	// From now on a ring is published as it comes.
 	v6 := apportioned(t, 16, "a", "b", "c")
 	lt.NamespaceRing("ns", v6, 6)
-	resp := c.recv()
-	if resp.TypeUrl != EndpointTypeURL || resp.VersionInfo != "6" {
-		t.Fatalf("after a join: %s at %q, want endpoints at 6", resp.TypeUrl, resp.VersionInfo)
-	}
-	st.sotw(t, resp)
+	c.recvAt(st, EndpointTypeURL, "6", "a join")
 	st.check(t, "ns", v6, map[string]string{ListenerTypeURL: "3", EndpointTypeURL: "6"}, "ns")
 	if s := lt.Stats(); s.RingPushes != 2 {
 		t.Errorf("stats %+v, want 2 rings pushed", s)
