@@ -155,10 +155,20 @@ func newTestServer(t *testing.T, cfg LeaseTableConfig) (*LeaseTable, *grpc.Clien
 // newTestServerClock is newTestServer with the table's clock set.
 func newTestServerClock(t *testing.T, cfg LeaseTableConfig, clk clock) (*LeaseTable, *grpc.ClientConn) {
 	t.Helper()
+	return newTestServerWith(t, cfg, clk, nil)
+}
+
+// newTestServerWith is newTestServerClock with set, if not nil, called on
+// the table before it is served.
+func newTestServerWith(t *testing.T, cfg LeaseTableConfig, clk clock, set func(*LeaseTable)) (*LeaseTable, *grpc.ClientConn) {
+	t.Helper()
 	w := &testWriter{t: t}
 	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
 	cfg.Logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	lt := newLeaseTable(cfg, clk)
+	if set != nil {
+		set(lt)
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

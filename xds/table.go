@@ -103,6 +103,7 @@ type LeaseTable struct {
 	frames    frameIndex // the delta frames of every published resource, for Codec
 	lookupIDs lookupStreamIDs
 	senders   sendPool // sends for Lookup streams that owe their client nothing
+	whole     wholeGate
 
 	smu     sync.Mutex
 	streams map[streamKey]struct{}
@@ -218,6 +219,7 @@ func newLeaseTable(cfg LeaseTableConfig, clk clock) *LeaseTable {
 		spaces:   map[string]*space{},
 		streams:  map[streamKey]struct{}{},
 		lookups:  map[*lookupStream]struct{}{},
+		whole:    newWholeGate(),
 	}
 	cb := callbacks{t}
 	gl := cpLogger(lg)
