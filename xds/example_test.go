@@ -52,7 +52,7 @@ func Example() {
 	fmt.Printf("%+v\n", table.Stats())
 	// Output:
 	// type.googleapis.com/fuge.v1.ArcBlock 1024 orders/block/512
-	// {Namespaces:1 Streams:0 Refused:0 Rechecked:0 Pushes:0 NACKs:0 BadViews:1 Views:2 Flushes:2 BadRings:0 Rings:1 RingPushes:0}
+	// {Namespaces:1 Streams:0 Refused:0 Rechecked:0 Pushes:0 NACKs:0 BadViews:1 Views:2 Flushes:2 BadRings:0 Rings:1 RingPushes:0 WholeWaits:0 WholeBypasses:0}
 }
 
 // The manager tells the table each namespace's desired ring; the table

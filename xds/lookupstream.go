@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -81,10 +80,12 @@ type lookupStream struct {
 	// The stream's part in the table's wholeGate: slot, it holds a slot
 	// (taken the hold-th time; stopHold disarms its timeout); waiting, it
 	// waits for one with its sender stopped (sending stays true, so no
-	// other sender starts).
-	slot, waiting bool
-	hold          uint64
-	stopHold      func() bool
+	// other sender starts), for the wait-th time (stopWait disarms its
+	// bound); bypass, it waited too long and sends its next whole table
+	// without a slot.
+	slot, waiting, bypass bool
+	hold, wait            uint64
+	stopHold, stopWait    func() bool
 }
 
 // serveLookup serves a Lookup's delta ADS stream.
@@ -263,12 +264,16 @@ func (st *lookupStream) drain(pooled bool) {
 		}
 		r := st.queue[0]
 		if !st.slot && len(r.resp.Resources) >= st.t.whole.min {
-			if !st.t.whole.acquire(st) {
-				st.waiting = true // release resumes it
+			switch {
+			case st.bypass:
+				st.bypass = false
+			case st.t.whole.acquire(st):
+				st.takeSlot()
+			default:
+				st.waitSlot() // release, or the wait's bound, resumes it
 				st.mu.Unlock()
 				return
 			}
-			st.takeSlot()
 		}
 		st.queue[0] = nil
 		st.queue = st.queue[1:]
@@ -344,118 +349,15 @@ func (st *lookupStream) finish() {
 	st.cancel()
 	st.senders.Wait()
 	st.mu.Lock()
+	if st.waiting {
+		st.waiting = false
+		st.stopWait()
+	}
 	release := st.dropSlot()
 	st.mu.Unlock()
 	if release {
 		st.t.whole.release()
 	}
-}
-
-// wholeGate bounds how many Lookup streams are being sent a whole table at
-// once. 2,000 Lookups connecting together (a manager's start, a failover)
-// each ask for the whole table, 300 KB at R = 4096; sent all at once, the
-// tables share the link frame by frame and every one arrives at the end,
-// and each receiver holds its part-read table meanwhile: in the load
-// generator of bench/managerscale, whose lookups share one process, that
-// was 600 MB of buffers in flight, whose fresh pages cost its copies from
-// gRPC's read buffer 0.8-1 s of CPU (under 0.3 s with 200 in flight). A
-// stream holds a slot from the send of a response of min blocks or more
-// until the client has acknowledged every response sent (the client has
-// then read them), its stream ends, or hold passes, so that a client that
-// never acknowledges delays the others by hold at most; streams waiting
-// for a slot get one in the order they asked.
-type wholeGate struct {
-	slots int           // streams sent a whole table at once
-	min   int           // the blocks from which a response counts as a whole table
-	hold  time.Duration // the longest a stream keeps its slot unacknowledged
-
-	mu      sync.Mutex
-	used    int
-	waiting []*lookupStream
-}
-
-// The gate's settings: 64 tables in flight fill a link whatever its speed
-// (19 MB at R = 4096); 512 blocks are a whole table from R = 2048, while
-// the largest change of one owner at R = 65536 resends about 260 blocks.
-const (
-	wholeSlots = 64
-	wholeMin   = 512
-	wholeHold  = 2 * time.Second
-)
-
-func newWholeGate() wholeGate { return wholeGate{slots: wholeSlots, min: wholeMin, hold: wholeHold} }
-
-// acquire takes a slot for st, whose lock the caller holds, or queues st
-// for one and returns false.
-func (g *wholeGate) acquire(st *lookupStream) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.used < g.slots {
-		g.used++
-		return true
-	}
-	g.waiting = append(g.waiting, st)
-	return false
-}
-
-// release returns a slot: to the first stream still waiting, whose sender
-// it restarts, or to the gate.
-func (g *wholeGate) release() {
-	for {
-		g.mu.Lock()
-		if len(g.waiting) == 0 {
-			g.used--
-			g.mu.Unlock()
-			return
-		}
-		st := g.waiting[0]
-		g.waiting[0] = nil
-		g.waiting = g.waiting[1:]
-		g.mu.Unlock()
-		st.mu.Lock()
-		if st.done || !st.waiting {
-			st.mu.Unlock()
-			continue // it ended while waiting: the next one
-		}
-		st.waiting = false
-		st.takeSlot()
-		st.senders.Add(1)
-		pooled := st.unacked == 0
-		st.mu.Unlock()
-		if pooled {
-			st.t.senders.submit(st)
-		} else {
-			go st.drain(false)
-		}
-		return
-	}
-}
-
-// takeSlot records that st holds a slot, and arms its timeout. st.mu is
-// held.
-func (st *lookupStream) takeSlot() {
-	st.slot = true
-	st.hold++
-	n := st.hold
-	st.stopHold = st.t.clock.AfterFunc(st.t.whole.hold, func() {
-		st.mu.Lock()
-		release := st.hold == n && st.dropSlot()
-		st.mu.Unlock()
-		if release {
-			st.t.whole.release()
-		}
-	})
-}
-
-// dropSlot gives up st's slot, if it holds one, and says whether it did:
-// the caller then calls release, without st.mu, which it holds here.
-func (st *lookupStream) dropSlot() bool {
-	if !st.slot {
-		return false
-	}
-	st.slot = false
-	st.stopHold()
-	return true
 }
 
 // newestBlock is the highest block version (an LSN) a reconnecting Lookup

@@ -85,6 +85,9 @@ type Stats struct {
 	BadRings   uint64 // ring views whose Envoy resources failed to build or validate
 	Rings      uint64 // ring views received (NamespaceRing calls)
 	RingPushes uint64 // ring views applied to the caches; the others were coalesced, or replaced while no Envoy or gRPC client had asked for the namespace
+	// Lookup streams' whole tables that waited for one of the slots they
+	// are sent in, and those sent without one after waiting too long.
+	WholeWaits, WholeBypasses uint64
 }
 
 // LeaseTable serves each namespace's lookup view over xDS: 64
@@ -554,6 +557,9 @@ func (t *LeaseTable) Stats() Stats {
 		BadRings:   t.badRings.Load(),
 		Rings:      t.rings.Load(),
 		RingPushes: t.ringPushes.Load(),
+
+		WholeWaits:    t.whole.waits.Load(),
+		WholeBypasses: t.whole.bypasses.Load(),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
@@ -31,11 +32,13 @@ func TestWholeTableGate(t *testing.T) {
 	lt.NamespaceView("ns", v, 1)
 	lt.Heartbeat("ns")
 	pushes := func() uint64 { return lt.Stats().Pushes }
-	wantGate := func(what string, used, waiting int) {
+	// wantGate waits for the gate's state and the count of streams that
+	// have waited (each counted once its wait's bound is armed).
+	wantGate := func(what string, used, waiting int, waits uint64) {
 		t.Helper()
 		poll(t, what, func() bool {
 			u, w := gateState(lt)
-			return u == used && w == waiting
+			return u == used && w == waiting && lt.Stats().WholeWaits == waits
 		})
 	}
 	ack := func(c *deltaClient, r *discovery.DeltaDiscoveryResponse) {
@@ -60,7 +63,7 @@ func TestWholeTableGate(t *testing.T) {
 	ra := a.recvRaw()
 	wantDelta(t, ra, "ns", v, allAt(1), nil)
 	b, _ := open()
-	wantGate("b to wait", 1, 1)
+	wantGate("b to wait", 1, 1, 1)
 	if n := pushes(); n != 1 {
 		t.Fatalf("%d responses sent while b waits, want a's 1", n)
 	}
@@ -70,9 +73,9 @@ func TestWholeTableGate(t *testing.T) {
 
 	// b does not acknowledge: c waits until the slot's hold passes.
 	c, _ := open()
-	wantGate("c to wait", 1, 1)
-	if armed := fc.Armed(); armed != 1 {
-		t.Fatalf("%d timers armed, want b's hold", armed)
+	wantGate("c to wait", 1, 1, 2)
+	if armed := fc.Armed(); armed != 2 {
+		t.Fatalf("%d timers armed, want b's hold and c's wait", armed)
 	}
 	fc.Advance(lt.whole.hold)
 	rc := c.recvRaw()
@@ -80,12 +83,12 @@ func TestWholeTableGate(t *testing.T) {
 	// b's late acknowledgement returns no slot: c still holds it.
 	ack(b, rb)
 	synced(b)
-	wantGate("c to hold the slot alone", 1, 0)
+	wantGate("c to hold the slot alone", 1, 0, 2)
 
 	// d waits, then its stream ends: c's acknowledgement passes it over
 	// and returns the slot.
 	d, cancelD := open()
-	wantGate("d to wait", 1, 1)
+	wantGate("d to wait", 1, 1, 3)
 	cancelD()
 	if code := d.recvErr(); code == 0 {
 		t.Fatal("d's stream did not end")
@@ -93,13 +96,13 @@ func TestWholeTableGate(t *testing.T) {
 	poll(t, "d's stream to close", func() bool { return lt.Stats().Streams == 3 })
 	ack(c, rc)
 	synced(c)
-	wantGate("the slot back", 0, 0)
+	wantGate("the slot back", 0, 0, 3)
 
 	// e holds the slot, f waits, e's stream ends: f is sent its table.
 	e, cancelE := open()
 	e.recvRaw()
 	f, _ := open()
-	wantGate("f to wait", 1, 1)
+	wantGate("f to wait", 1, 1, 4)
 	cancelE()
 	rf := f.recvRaw()
 	wantDelta(t, rf, "ns", v, allAt(1), nil)
@@ -118,8 +121,46 @@ func TestWholeTableGate(t *testing.T) {
 		t.Fatalf("f was sent %d blocks for a change of one arc", len(r.Resources))
 	}
 	synced(f)
-	wantGate("the slot back after f", 0, 0)
+	wantGate("the slot back after f", 0, 0, 4)
 	if armed := fc.Armed(); armed != 0 {
-		t.Fatalf("%d hold timers still armed", armed)
+		t.Fatalf("%d hold or wait timers still armed", armed)
+	}
+	if st := lt.Stats(); st.WholeWaits != 4 || st.WholeBypasses != 0 {
+		t.Fatalf("stats: %d waits, %d bypasses; want b's, c's, d's and f's, none", st.WholeWaits, st.WholeBypasses)
+	}
+}
+
+// TestWholeTableGateBound checks that a stream waits for a slot no longer
+// than the gate's wait: past it, it is sent its table without one, and the
+// holder's acknowledgement then returns the slot to the gate.
+func TestWholeTableGateBound(t *testing.T) {
+	ctx := testContext(t)
+	fc := newFakeClock()
+	lt, conn := newTestServerWith(t, LeaseTableConfig{}, fc, func(lt *LeaseTable) {
+		lt.whole.slots, lt.whole.min = 1, testBlocks
+		lt.whole.hold, lt.whole.wait = time.Minute, 2*time.Second
+	})
+	v := fourArcs()
+	lt.NamespaceView("ns", v, 1)
+	a := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
+	ra := a.recvRaw()
+	b := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
+	poll(t, "b to wait", func() bool { return lt.Stats().WholeWaits == 1 })
+	fc.Advance(lt.whole.wait - time.Millisecond)
+	if st := lt.Stats(); st.Pushes != 1 || st.WholeBypasses != 0 {
+		t.Fatalf("before the wait's bound: %d pushes, %d bypasses; want a's 1, none", st.Pushes, st.WholeBypasses)
+	}
+	fc.Advance(time.Millisecond)
+	wantDelta(t, b.recv(), "ns", v, allAt(1), nil)
+	if n := lt.Stats().WholeBypasses; n != 1 {
+		t.Fatalf("%d bypasses, want b's", n)
+	}
+	a.send(&discovery.DeltaDiscoveryRequest{TypeUrl: ra.TypeUrl, ResponseNonce: ra.Nonce})
+	poll(t, "the slot back", func() bool {
+		used, waiting := gateState(lt)
+		return used == 0 && waiting == 0
+	})
+	if armed := fc.Armed(); armed != 0 {
+		t.Fatalf("%d timers still armed", armed)
 	}
 }
