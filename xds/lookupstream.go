@@ -315,18 +315,28 @@ func (p *sendPool) submit(st *lookupStream) {
 func (p *sendPool) work() {
 	for {
 		p.mu.Lock()
-		if len(p.ready) == 0 {
+		st := popFirst(&p.ready)
+		if st == nil {
 			p.workers--
 			p.ready = nil
 			p.mu.Unlock()
 			return
 		}
-		st := p.ready[0]
-		p.ready[0] = nil
-		p.ready = p.ready[1:]
 		p.mu.Unlock()
 		st.drain(true)
 	}
+}
+
+// popFirst removes the first stream of a queue and returns it, or nil if
+// the queue is empty.
+func popFirst(q *[]*lookupStream) *lookupStream {
+	if len(*q) == 0 {
+		return nil
+	}
+	st := (*q)[0]
+	(*q)[0] = nil
+	*q = (*q)[1:]
+	return st
 }
 
 func (st *lookupStream) sendErr() error {

@@ -71,14 +71,12 @@ func (g *wholeGate) acquire(st *lookupStream) bool {
 func (g *wholeGate) release() {
 	for {
 		g.mu.Lock()
-		if len(g.waiting) == 0 {
+		st := popFirst(&g.waiting)
+		if st == nil {
 			g.used--
 			g.mu.Unlock()
 			return
 		}
-		st := g.waiting[0]
-		g.waiting[0] = nil
-		g.waiting = g.waiting[1:]
 		g.mu.Unlock()
 		st.mu.Lock()
 		if st.done || !st.waiting {
