@@ -51,6 +51,15 @@ func newMetrics(s *Server) *metrics {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fuge_xds_nacks_total", Help: "xDS requests that rejected a response (error_detail set)."},
 			func() float64 { return float64(s.cfg.XDSNACKs()) }))
 	}
+	if f := s.cfg.XDSWholeTables; f != nil {
+		m.reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fuge_xds_whole_table_waits_total",
+				Help: "Whole tables a Lookup stream waited to be sent (a slot of the 64 sent at once)."},
+				func() float64 { w, _ := f(); return float64(w) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fuge_xds_whole_table_bypasses_total",
+				Help: "Whole tables sent without a slot after their stream waited 2 s: slots held by clients that do not acknowledge, or a start-up longer than that."},
+				func() float64 { _, b := f(); return float64(b) }))
+	}
 	return m
 }
 

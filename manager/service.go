@@ -162,6 +162,11 @@ type ServerConfig struct {
 	// XDSNACKs, when set, reports the xDS requests that carried an
 	// error_detail (NACKs) since start, for /metrics.
 	XDSNACKs func() uint64
+	// XDSWholeTables, when set, reports the Lookup streams' whole tables
+	// that waited for a slot since start, and those sent without one after
+	// waiting too long (the xds package's Stats.WholeWaits and
+	// WholeBypasses), for /metrics.
+	XDSWholeTables func() (waits, bypasses uint64)
 	// GRPCOptions are further options for the gRPC server: the xds
 	// package's (LeaseTable.ServerOptions, its codec).
 	GRPCOptions []grpc.ServerOption

@@ -144,7 +144,10 @@
 // each stream keeping its slot until its client has acknowledged, its
 // stream ends, or 1 s passes (wholeGate); a stream waits for a slot 2 s at
 // most, then is sent its table without one (Stats.WholeWaits and
-// WholeBypasses count both). Sent all at once, 2,000 tables shared the
+// WholeBypasses count both; a manager's /metrics shows them as
+// fuge_xds_whole_table_waits_total and _bypasses_total: bypasses mean
+// clients that hold slots without acknowledging, or a start-up longer than
+// the wait). Sent all at once, 2,000 tables shared the
 // link frame by frame and all arrived at the end; 64 at a time they arrive
 // in turn, and the first routers route while the others wait.
 //

@@ -37,7 +37,7 @@ type testManager struct {
 	grpc, http string
 }
 
-func startManager(t *testing.T, ringSize int) *testManager {
+func startManager(t *testing.T, ringSize int, set ...func(*LeaseTable)) *testManager {
 	t.Helper()
 	cfg := manager.DefaultServerConfig()
 	cfg.NodeID = "m1"
@@ -57,6 +57,10 @@ func startManager(t *testing.T, ringSize int) *testManager {
 	cfg.Observer = lt
 	cfg.Heartbeat = lt.Heartbeat
 	cfg.XDSNACKs = func() uint64 { return lt.Stats().NACKs }
+	cfg.XDSWholeTables = func() (uint64, uint64) { st := lt.Stats(); return st.WholeWaits, st.WholeBypasses }
+	for _, f := range set {
+		f(lt)
+	}
 	s, err := manager.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -273,5 +277,52 @@ func TestManagerRing(t *testing.T) {
 	resp.Body.Close()
 	if err != nil || !strings.Contains(string(body), "\nfuge_xds_nacks_total 1\n") {
 		t.Errorf("/metrics (%v) lacks fuge_xds_nacks_total 1", err)
+	}
+}
+
+// TestWholeTableMetrics checks that a manager's /metrics counts the whole
+// tables that waited for a slot, and those sent without one.
+func TestWholeTableMetrics(t *testing.T) {
+	ctx := testContext(t)
+	m := startManager(t, 4096, func(lt *LeaseTable) { lt.whole.slots = 1 })
+	conn, err := grpc.NewClient(m.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	metric := func(name string) string {
+		t.Helper()
+		resp, err := http.Get("http://" + m.http + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				return v
+			}
+		}
+		t.Fatalf("/metrics lacks %s", name)
+		return ""
+	}
+	// The namespace's first view (R=4096: 1,024 blocks) is a whole table.
+	poll(t, "the namespace's view", func() bool { return m.lt.Stats().Namespaces == 1 })
+	a := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
+	ra := a.recvRaw()
+	if len(ra.Resources) < wholeMin {
+		t.Fatalf("the first response has %d blocks, under the gate's %d", len(ra.Resources), wholeMin)
+	}
+	b := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
+	poll(t, "b to wait", func() bool { return m.lt.Stats().WholeWaits == 1 })
+	if w, by := metric("fuge_xds_whole_table_waits_total"), metric("fuge_xds_whole_table_bypasses_total"); w != "1" || by != "0" {
+		t.Fatalf("/metrics: %s waits and %s bypasses, want 1 and 0", w, by)
+	}
+	a.send(&discovery.DeltaDiscoveryRequest{TypeUrl: ra.TypeUrl, ResponseNonce: ra.Nonce})
+	if rb := b.recvRaw(); len(rb.Resources) != len(ra.Resources) {
+		t.Fatalf("b was sent %d blocks, a %d", len(rb.Resources), len(ra.Resources))
 	}
 }

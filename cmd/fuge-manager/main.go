@@ -100,6 +100,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg.LookupStreams = func() int { return lt.Stats().Streams }
 	cfg.RecheckLookups = lt.RecheckLookups
 	cfg.XDSNACKs = func() uint64 { return lt.Stats().NACKs }
+	cfg.XDSWholeTables = func() (uint64, uint64) { st := lt.Stats(); return st.WholeWaits, st.WholeBypasses }
 	cfg.GRPCOptions = lt.ServerOptions()
 	server, err = manager.NewServer(cfg)
 	if err != nil {
