@@ -224,6 +224,13 @@ func (st *lookupStream) deliver(r *deltaResponse) {
 		return
 	}
 	st.sending = true
+	st.startSender()
+}
+
+// startSender starts a sender for st, which has its sending flag set: a
+// pool worker if its client owes nothing, else a goroutine of its own
+// (see deliver). st.mu is held.
+func (st *lookupStream) startSender() {
 	st.senders.Add(1)
 	if st.unacked == 0 {
 		st.t.senders.submit(st)

@@ -269,15 +269,30 @@ func TestManagerRing(t *testing.T) {
 	sotw.send(&discovery.DiscoveryRequest{TypeUrl: EndpointTypeURL, ResourceNames: []string{"ns"},
 		ErrorDetail: &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "test NACK"}})
 	poll(t, "the NACK counted", func() bool { return m.lt.Stats().NACKs == 1 })
-	resp, err = http.Get("http://" + m.http + "/metrics")
+	if v := m.metric(t, "fuge_xds_nacks_total"); v != "1" {
+		t.Errorf("/metrics: fuge_xds_nacks_total %s, want 1", v)
+	}
+}
+
+// metric is the value of an unlabelled metric in the manager's /metrics.
+func (m *testManager) metric(t *testing.T, name string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + m.http + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || !strings.Contains(string(body), "\nfuge_xds_nacks_total 1\n") {
-		t.Errorf("/metrics (%v) lacks fuge_xds_nacks_total 1", err)
+	if err != nil {
+		t.Fatal(err)
 	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	t.Fatalf("/metrics lacks %s", name)
+	return ""
 }
 
 // TestWholeTableMetrics checks that a manager's /metrics counts the whole
@@ -290,25 +305,6 @@ func TestWholeTableMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	metric := func(name string) string {
-		t.Helper()
-		resp, err := http.Get("http://" + m.http + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(string(body), "\n") {
-			if v, ok := strings.CutPrefix(line, name+" "); ok {
-				return v
-			}
-		}
-		t.Fatalf("/metrics lacks %s", name)
-		return ""
-	}
 	// The namespace's first view (R=4096: 1,024 blocks) is a whole table.
 	poll(t, "the namespace's view", func() bool { return m.lt.Stats().Namespaces == 1 })
 	a := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
@@ -318,7 +314,7 @@ func TestWholeTableMetrics(t *testing.T) {
 	}
 	b := openDelta(ctx, t, conn, testNode("ns"), ArcBlockTypeURL, nil)
 	poll(t, "b to wait", func() bool { return m.lt.Stats().WholeWaits == 1 })
-	if w, by := metric("fuge_xds_whole_table_waits_total"), metric("fuge_xds_whole_table_bypasses_total"); w != "1" || by != "0" {
+	if w, by := m.metric(t, "fuge_xds_whole_table_waits_total"), m.metric(t, "fuge_xds_whole_table_bypasses_total"); w != "1" || by != "0" {
 		t.Fatalf("/metrics: %s waits and %s bypasses, want 1 and 0", w, by)
 	}
 	a.send(&discovery.DeltaDiscoveryRequest{TypeUrl: ra.TypeUrl, ResponseNonce: ra.Nonce})

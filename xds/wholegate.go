@@ -86,7 +86,8 @@ func (g *wholeGate) release() {
 		st.waiting = false
 		st.stopWait()
 		st.takeSlot()
-		st.resume()
+		st.startSender()
+		st.mu.Unlock()
 		return
 	}
 }
@@ -107,22 +108,10 @@ func (st *lookupStream) waitSlot() {
 		g.bypasses.Add(1)
 		st.waiting = false
 		st.bypass = true
-		st.resume()
+		st.startSender()
+		st.mu.Unlock()
 	})
 	g.waits.Add(1) // once the bound is armed, which tests wait for
-}
-
-// resume starts a sender for st, which waited with its sending flag set,
-// and unlocks st.mu.
-func (st *lookupStream) resume() {
-	st.senders.Add(1)
-	pooled := st.unacked == 0
-	st.mu.Unlock()
-	if pooled {
-		st.t.senders.submit(st)
-	} else {
-		go st.drain(false)
-	}
 }
 
 // takeSlot records that st holds a slot, and arms its hold. st.mu is held.
