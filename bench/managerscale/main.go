@@ -197,6 +197,7 @@ func startManager(bin, dir, id, join string, leaseT time.Duration, memLimit stri
 		return nil, err
 	}
 	n.pid = n.cmd.Process.Pid
+	addManager(n.cmd.Process)
 	// RSS is sampled from the start, so that the steady phase's peak
 	// covers start-up too: the goal is the peak under the whole load.
 	n.rss = newRSSSampler(n.pid)
@@ -207,6 +208,7 @@ func (n *managerNode) stop() {
 	n.rss.stop()
 	n.cmd.Process.Signal(os.Interrupt)
 	n.cmd.Wait()
+	removeManager(n.pid)
 }
 
 // config is the command line.
@@ -240,6 +242,7 @@ func runAll(cfg config, rings []int, markdown string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	defer onInterrupt(dir)()
 	bin := filepath.Join(dir, "fuge-manager")
 	log.Printf("building fuge-manager")
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/fuge-manager").CombinedOutput(); err != nil {

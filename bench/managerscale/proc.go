@@ -3,14 +3,18 @@ package main
 import (
 	"io"
 	"log"
+	"maps"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -49,6 +53,89 @@ func rssMB(pid int) float64 {
 }
 
 func numCPU() int { return runtime.NumCPU() }
+
+// managers are the manager processes a run has started and not yet
+// stopped, by PID, so that an interrupt can stop them before it removes
+// the directory they write in.
+var managers = struct {
+	sync.Mutex
+	procs map[int]*os.Process
+}{procs: map[int]*os.Process{}}
+
+func addManager(p *os.Process) {
+	managers.Lock()
+	defer managers.Unlock()
+	managers.procs[p.Pid] = p
+}
+
+func removeManager(pid int) {
+	managers.Lock()
+	defer managers.Unlock()
+	delete(managers.procs, pid)
+}
+
+// onInterrupt makes SIGINT and SIGTERM kill the managers still running,
+// remove dir and exit, until the returned function is called. Without it
+// an interrupted run left its data directory behind (tens of MB a run;
+// the managers themselves die with the generator, Pdeathsig, but perhaps
+// after the directory is removed, writing into it).
+func onInterrupt(dir string) (stop func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sig:
+			log.Printf("%v: killing the managers, removing %s", s, dir)
+			if left := killManagers(10 * time.Second); len(left) > 0 {
+				log.Printf("managers %v still running; %s left in place", left, dir)
+				os.Exit(1)
+			}
+			os.RemoveAll(dir)
+			os.Exit(1)
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(sig)
+		close(done)
+	}
+}
+
+// killManagers kills the managers still running and waits until each has
+// exited, until timeout at most; it returns those that had not.
+func killManagers(timeout time.Duration) []int {
+	managers.Lock()
+	procs := maps.Clone(managers.procs)
+	managers.Unlock()
+	for _, p := range procs {
+		p.Kill()
+	}
+	deadline := time.Now().Add(timeout)
+	var left []int
+	for pid := range procs {
+		for !exited(pid) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond) // polls /proc against the deadline
+		}
+		if !exited(pid) {
+			left = append(left, pid)
+		}
+	}
+	slices.Sort(left)
+	return left
+}
+
+// exited reports whether process pid has ended: it is gone, or a zombie
+// its parent has not yet waited for (it writes nothing more).
+func exited(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z' || s[i+2] == 'X'
+}
 
 // rssSampler samples a process's RSS every 100 ms and keeps the peak.
 type rssSampler struct {
