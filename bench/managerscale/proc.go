@@ -21,15 +21,24 @@ import (
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times on Linux.
 const clockTicks = 100
 
-// cpuTicks is utime + stime of a process, in clock ticks.
-func cpuTicks(pid int) int64 {
+// statFields returns the fields of /proc/<pid>/stat after the command
+// name (which is in parentheses and may hold spaces): the state first.
+// It returns nil if the process is gone.
+func statFields(pid int) []string {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
+		return nil
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+}
+
+// cpuTicks is utime + stime of a process, in clock ticks.
+func cpuTicks(pid int) int64 {
+	f := statFields(pid)
+	if len(f) < 13 {
 		return 0
 	}
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return ut + st
@@ -128,13 +137,8 @@ func killManagers(timeout time.Duration) []int {
 // exited reports whether process pid has ended: it is gone, or a zombie
 // its parent has not yet waited for (it writes nothing more).
 func exited(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z' || s[i+2] == 'X'
+	f := statFields(pid)
+	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
 }
 
 // rssSampler samples a process's RSS every 100 ms and keeps the peak.
