@@ -476,8 +476,8 @@ func (s *Server) getRing(w http.ResponseWriter, r *http.Request, l *leaderState)
 		RingSize  int     `json:"ring_size"`
 		Entries   []entry `json:"entries"`
 	}{Namespace: ns}
-	// The ring is immutable: the loop hands it over, and its entries are
-	// listed off the loop (formatting 65,536 of them held the leader's
+	// The loop hands over a copy of the ring (DesiredRing), and its
+	// entries are listed off the loop (formatting 65,536 of them held the leader's
 	// loop, and every owner's request behind it, for tens of ms).
 	var rg *ring.Ring
 	err := l.do(func() error {

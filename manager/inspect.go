@@ -40,13 +40,14 @@ func (m *Manager) Leases(ns string) ([]ArcInfo, error) {
 	return out, nil
 }
 
-// DesiredRing returns the ring the namespace is moving toward.
+// DesiredRing returns a copy of the ring the namespace is moving toward:
+// the namespace changes its own in place. O(R).
 func (m *Manager) DesiredRing(ns string) (*ring.Ring, error) {
 	n, err := m.namespace(ns)
 	if err != nil {
 		return nil, err
 	}
-	return n.desired, nil
+	return n.desired.Clone(), nil
 }
 
 // OwnerInfo describes an owner session.

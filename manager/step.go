@@ -256,8 +256,10 @@ func (n *namespace) queueUntil(s *session) {
 	}
 }
 
-// desiredRing apportions R among the live, non-draining owners.
-func (n *namespace) desiredRing() *ring.Ring {
+// updateDesiredRing apportions R among the live, non-draining owners,
+// changes the desired ring to that in place, and returns the arcs whose
+// desired owner changed.
+func (n *namespace) updateDesiredRing() []ring.Move {
 	names := n.ringNames()
 	owners := vnodeCounts(names, n.vnodes, n.cfg.RingSize)
 	// The owners whose count changes (or who leave the ring) commit their
@@ -282,13 +284,15 @@ func (n *namespace) desiredRing() *ring.Ring {
 			}
 		}
 	}
-	// From the ring before: only the entries of counts that grew are
-	// hashed (ring.Ring.With).
-	r, err := n.desired.With(owners)
+	// In place: only the entries that come or go are hashed, and the
+	// moves are found from them (ring.Ring.Update), where building a new
+	// ring and diffing it whole cost 2-3 ms and 2 MB per join at R = 65536.
+	// Nobody else reads n.desired: DesiredRing hands out copies.
+	moves, err := n.desired.Update(owners)
 	if err != nil {
 		panic("manager: ring: " + err.Error())
 	}
-	return r
+	return moves
 }
 
 // ringNames returns the names of the live, non-draining owners, sorted.
@@ -339,11 +343,9 @@ func (n *namespace) ringNames() []string {
 // updateDesired recomputes the desired ring and touches every range whose
 // desired owner changed.
 func (n *namespace) updateDesired() {
-	old := n.desired
-	n.desired = n.desiredRing()
 	capture := n.bal.capture
 	n.bal.capture = false
-	for _, mv := range ring.Diff(old, n.desired) {
+	for _, mv := range n.updateDesiredRing() {
 		n.touched = append(n.touched, mv.Range)
 		if capture {
 			n.bal.pending = append(n.bal.pending, mv.Range)

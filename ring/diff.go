@@ -64,8 +64,12 @@ func Diff(a, b *Ring) []Move {
 			ib++
 		}
 	}
-	// The first and last Moves meet at the wrap when the first begins at the
-	// last cut and the last ends there.
+	return mergeWrapMoves(moves)
+}
+
+// mergeWrapMoves joins the first and last Moves where they meet at the
+// wrap: the first begins at the last cut and the last ends there.
+func mergeWrapMoves(moves []Move) []Move {
 	if n := len(moves); n > 1 {
 		f, l := moves[0], moves[n-1]
 		if l.Range.End == f.Range.Start && l.From == f.From && l.To == f.To {
