@@ -353,4 +353,25 @@ func BenchmarkDashboard(b *testing.B) {
 			}
 		}
 	})
+	// One GET of each large list over HTTP, the client's reading included
+	// (it discards what it reads).
+	for _, list := range []string{"view", "ring", "leases"} {
+		b.Run("admin-get/"+list, func(b *testing.B) {
+			_, _, h := s.Addrs()
+			var size int64
+			b.ReportAllocs()
+			for b.Loop() {
+				r, err := http.Get("http://" + h + "/v1/namespaces/bench/" + list)
+				if err != nil {
+					b.Fatal(err)
+				}
+				size, err = io.Copy(io.Discard, r.Body)
+				r.Body.Close()
+				if err != nil || r.StatusCode != http.StatusOK {
+					b.Fatalf("GET %s: %s, %v", list, r.Status, err)
+				}
+			}
+			b.ReportMetric(float64(size), "body-bytes")
+		})
+	}
 }
