@@ -27,14 +27,7 @@ func TestWithIsNew(t *testing.T) {
 					counts[name] = rng.IntN(300)
 				}
 			}
-			var owners []Owner
-			for name, v := range counts {
-				owners = append(owners, Owner{Name: name, VNodes: v})
-			}
-			want, err := New(owners)
-			if err != nil {
-				t.Fatal(err)
-			}
+			owners, want := ownersAndRing(t, counts)
 			got, err := cur.With(owners)
 			if err != nil {
 				t.Fatal(err)
@@ -143,14 +136,7 @@ func TestUpdateIsNewAndDiff(t *testing.T) {
 					counts[name] = rng.IntN(200)
 				}
 			}
-			var owners []Owner
-			for name, v := range counts {
-				owners = append(owners, Owner{Name: name, VNodes: v})
-			}
-			want, err := New(owners)
-			if err != nil {
-				t.Fatal(err)
-			}
+			owners, want := ownersAndRing(t, counts)
 			before := cur.Clone()
 			beforeEntries := slices.Clone(cur.Entries())
 			moves, err := cur.Update(owners)
@@ -222,4 +208,19 @@ func TestUpdateEqualHashes(t *testing.T) {
 			t.Fatalf("%s: moves %v, want %v", tc.name, moves, wantMoves)
 		}
 	}
+}
+
+// ownersAndRing returns the owners of counts (in map order) and New's ring
+// of them.
+func ownersAndRing(t *testing.T, counts map[string]int) ([]Owner, *Ring) {
+	t.Helper()
+	var owners []Owner
+	for name, v := range counts {
+		owners = append(owners, Owner{Name: name, VNodes: v})
+	}
+	r, err := New(owners)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return owners, r
 }
