@@ -224,3 +224,51 @@ func ownersAndRing(t *testing.T, counts map[string]int) ([]Owner, *Ring) {
 	}
 	return owners, r
 }
+
+// TestUpdateApportioned checks Update as the manager uses it: a ring of
+// R = 65536 apportioned among a few hundred owners, owners joining and
+// leaving one at a time, so that every count changes by about one and the
+// index keeps its buckets. Each step is compared with New and Diff.
+func TestUpdateApportioned(t *testing.T) {
+	rng := rand.New(rand.NewPCG(testSeed(t), 29))
+	const r = 65536
+	var names []string
+	for i := range 300 {
+		names = append(names, fmt.Sprintf("owner-%04d", i))
+	}
+	in := map[string]bool{}
+	for _, n := range names[:200] {
+		in[n] = true
+	}
+	apportioned := func() []Owner {
+		var live []string
+		for _, n := range names {
+			if in[n] {
+				live = append(live, n)
+			}
+		}
+		owners, err := Apportion(live, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return owners
+	}
+	cur, _ := New(apportioned())
+	for step := range 30 {
+		n := names[rng.IntN(len(names))]
+		in[n] = !in[n]
+		owners := apportioned()
+		want, _ := New(owners)
+		before := cur.Clone()
+		moves, err := cur.Update(owners)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameRing(cur, want) {
+			t.Fatalf("step %d (%s in: %v): Update differs from New", step, n, in[n])
+		}
+		if wantMoves := Diff(before, want); !slices.Equal(moves, wantMoves) {
+			t.Fatalf("step %d (%s in: %v): %d moves, Diff has %d", step, n, in[n], len(moves), len(wantMoves))
+		}
+	}
+}
