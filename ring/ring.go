@@ -42,8 +42,9 @@ type Entry struct {
 	Index int32  // i in name_i
 }
 
-// Ring is an immutable ring. Lookups are safe for concurrent use and do not
-// allocate.
+// Ring is a consistent-hash ring, immutable but for Update, which only a
+// ring's single owner may call (readers get a Clone). Lookups are safe for
+// concurrent use and do not allocate.
 type Ring struct {
 	hashes  []uint64 // sorted entry positions, parallel to entries
 	entries []Entry
