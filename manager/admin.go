@@ -513,8 +513,8 @@ func (s *Server) getRing(w http.ResponseWriter, r *http.Request, l *leaderState)
 		RingSize  int    `json:"ring_size"`
 	}{Namespace: ns}
 	// The loop hands over a copy of the ring (DesiredRing), and its
-	// entries are listed off the loop (formatting 65,536 of them held the leader's
-	// loop, and every owner's request behind it, for tens of ms).
+	// entries are listed off the loop (formatting 65,536 of them held the
+	// leader's loop, and every owner's request behind it, for tens of ms).
 	var rg *ring.Ring
 	err := l.do(func() error {
 		var err error

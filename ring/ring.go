@@ -63,19 +63,16 @@ func ValidRingSize(r int) bool { return r >= 1 && r <= MaxRingSize && r&(r-1) ==
 // without entries. Entries with equal hashes (a 2^-64 event) are ordered by
 // owner name and index so that the result does not depend on input order.
 func New(owners []Owner) (*Ring, error) {
-	own, _, err := sortedOwners(owners)
+	own, total, err := sortedOwners(owners)
 	if err != nil {
 		return nil, err
 	}
-	return newSorted(own), nil
+	return newSorted(own, total), nil
 }
 
-// newSorted is New for owners sorted by name and checked.
-func newSorted(own []Owner) *Ring {
-	total := 0
-	for _, o := range own {
-		total += o.VNodes
-	}
+// newSorted is New for owners sorted by name and checked (sortedOwners),
+// with total entries.
+func newSorted(own []Owner, total int) *Ring {
 	entries := make([]Entry, 0, total)
 	var buf []byte
 	for oi, o := range own {

@@ -60,7 +60,7 @@ func (r *Ring) Update(owners []Owner) ([]Move, error) {
 	if !ok || total == 0 {
 		// An empty ring before or after, or equal hashes among the
 		// entries that change (a 2^-64 event): rebuild and diff whole.
-		nr := newSorted(own)
+		nr := newSorted(own, total)
 		moves := Diff(r, nr)
 		*r = *nr
 		return moves, nil

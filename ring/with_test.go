@@ -9,47 +9,6 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// TestWithIsNew checks Ring.With against New on random sequences of
-// membership and count changes (joins, leaves, counts that grow and
-// shrink, renamed sets): the same entries, in the same order, and owners.
-func TestWithIsNew(t *testing.T) {
-	rng := rand.New(rand.NewPCG(testSeed(t), 19))
-	for iter := 0; iter < 300; iter++ {
-		var cur *Ring
-		counts := map[string]int{}
-		for step := 0; step < 15; step++ {
-			for range 1 + rng.IntN(4) {
-				name := fmt.Sprintf("o%d", rng.IntN(12))
-				switch rng.IntN(4) {
-				case 0:
-					delete(counts, name)
-				default:
-					counts[name] = rng.IntN(300)
-				}
-			}
-			owners, want := ownersAndRing(t, counts)
-			got, err := cur.With(owners)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(got.Entries(), want.Entries()) || !slices.Equal(got.Owners(), want.Owners()) ||
-				!slices.Equal(got.hashes, want.hashes) || !slices.Equal(got.index, want.index) || got.shift != want.shift {
-				t.Fatalf("iteration %d step %d: With differs from New for %v", iter, step, owners)
-			}
-			for range 10 {
-				h := rng.Uint64()
-				if got.LookupOwner(h) != want.LookupOwner(h) {
-					t.Fatalf("LookupOwner(%x) differs", h)
-				}
-			}
-			cur = got
-		}
-	}
-	if _, err := (*Ring)(nil).With([]Owner{{Name: "a", VNodes: 1}, {Name: "a", VNodes: 2}}); err == nil {
-		t.Fatal("With took a duplicate name")
-	}
-}
-
 // BenchmarkRingWith measures a join to a ring of 500 owners at R = 65536
 // (every count changes by one or so), With against New.
 func BenchmarkRingWith(b *testing.B) {
@@ -116,7 +75,8 @@ func BenchmarkRingWith(b *testing.B) {
 // membership and count changes (joins, leaves, counts that grow and
 // shrink, rings of one entry, rings emptied): the ring it leaves is New's,
 // field for field, and the Moves it returns are Diff's between the ring
-// before and after. The copy taken before (Clone) must not change.
+// before and after. The copy taken before (Clone) must not change, and
+// With from it gives New's ring too.
 func TestUpdateIsNewAndDiff(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testSeed(t), 23))
 	cur, _ := New(nil)
@@ -149,13 +109,33 @@ func TestUpdateIsNewAndDiff(t *testing.T) {
 			if wantMoves := Diff(before, want); !slices.Equal(moves, wantMoves) {
 				t.Fatalf("iteration %d step %d: Update's moves\n%v\nDiff's\n%v", iter, step, moves, wantMoves)
 			}
+			// With, from the ring before (a copy: it must not change it)
+			// or from nothing, gives the same ring.
+			for _, from := range []*Ring{before, nil} {
+				w, err := from.With(owners)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !sameRing(w, want) {
+					t.Fatalf("iteration %d step %d: With differs from New for %v", iter, step, owners)
+				}
+			}
+			for range 10 {
+				if h := rng.Uint64(); cur.LookupOwner(h) != want.LookupOwner(h) {
+					t.Fatalf("iteration %d step %d: LookupOwner(%x) differs", iter, step, h)
+				}
+			}
 			if !slices.Equal(before.Entries(), beforeEntries) {
 				t.Fatalf("iteration %d step %d: Update changed a Clone taken before it", iter, step)
 			}
 		}
 	}
-	if _, err := cur.Update([]Owner{{Name: "a", VNodes: 1}, {Name: "a", VNodes: 2}}); err == nil {
+	dup := []Owner{{Name: "a", VNodes: 1}, {Name: "a", VNodes: 2}}
+	if _, err := cur.Update(dup); err == nil {
 		t.Fatal("Update took a duplicate name")
+	}
+	if _, err := (*Ring)(nil).With(dup); err == nil {
+		t.Fatal("With took a duplicate name")
 	}
 }
 
