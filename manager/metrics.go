@@ -22,6 +22,7 @@ type metrics struct {
 	ownerStreams  prometheus.Gauge
 	appliedIndex  prometheus.Gauge
 	commitLatency prometheus.Histogram
+	nudges        prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -37,6 +38,7 @@ func newMetrics(s *Server) *metrics {
 	m.droppedRacing = c("dropped_racing_total", "Owner requests dropped by the sequence-number race filter.")
 	m.sendDropped = c("send_dropped_total", "Responses dropped because an owner stream was full.")
 	m.leaderChanges = c("leader_takeovers_total", "Times this node became leader.")
+	m.nudges = c("raft_commit_nudges_total", "Barriers appended after commits so that followers learn the commit index at once.")
 	m.ownerStreams = prometheus.NewGauge(prometheus.GaugeOpts{Name: "fuge_owner_streams", Help: "Open owner streams on this node."})
 	m.appliedIndex = prometheus.NewGauge(prometheus.GaugeOpts{Name: "fuge_raft_applied_index", Help: "Last raft index applied to the state machine."})
 	m.commitLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fuge_raft_commit_seconds", Help: "Time to commit a raft entry on the leader.",

@@ -99,6 +99,12 @@ type ServerConfig struct {
 
 	// Raft timing; zero means hashicorp/raft's defaults. Tests shorten them.
 	RaftHeartbeatTimeout, RaftElectionTimeout, RaftLeaderLeaseTimeout time.Duration
+	// RaftCommitTimeout is hashicorp/raft's CommitTimeout: while nothing
+	// new is appended, how often (randomly once to twice in it) the leader
+	// sends each follower the commit index (default raft's, 50 ms). The
+	// leader does not wait for it after its own commits (see nudges in
+	// server.go); tests set it long to prove that.
+	RaftCommitTimeout time.Duration
 
 	// Namespaces are created at start when missing.
 	Namespaces []NamespaceConfig
@@ -199,6 +205,8 @@ func (c ServerConfig) Validate() error {
 		return fmt.Errorf("%w: LeaseDuration %v must be positive", ErrConfig, c.LeaseDuration)
 	case c.LogRetention <= 0:
 		return fmt.Errorf("%w: LogRetention %v must be positive", ErrConfig, c.LogRetention)
+	case c.RaftCommitTimeout < 0:
+		return fmt.Errorf("%w: RaftCommitTimeout %v must not be negative", ErrConfig, c.RaftCommitTimeout)
 	case c.HeartbeatInterval < 0 || c.HeartbeatInterval >= c.LeaseDuration:
 		return fmt.Errorf("%w: HeartbeatInterval %v must be under LeaseDuration", ErrConfig, c.HeartbeatInterval)
 	case c.MaxMessageBytes < 0:

@@ -68,6 +68,7 @@ func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *ran
 	for i := range n {
 		var seen func(*lb.Lookup) bool
 		var t0 time.Time
+		hb0 := p.counters().heartbeats // a heartbeat sent meanwhile competes with the change
 		if i%2 == 0 {
 			// An owner with an arc in the view: with about as many owners
 			// as ring entries (5,000 at R=8192) one may hold none at the
@@ -95,6 +96,33 @@ func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *ran
 			p.watchPoint(&pointWatch{h: h, addr: addr, at: true})
 			t0 = time.Now()
 			o := p.newOwner(ctx, fmt.Sprintf("owner-%04d", k))
+			// When the owner held the point, to tell the lease protocol's
+			// part of a return from the fan-out's.
+			go func(t0 time.Time) {
+				expired := time.After(limit)
+				select {
+				case <-o.Ready():
+				case <-ctx.Done():
+					return
+				case <-expired:
+					return
+				}
+				ready := time.Since(t0)
+				for {
+					up := o.Updated()
+					if _, ok := o.GetOwnershipHandle(h); ok {
+						break
+					}
+					select {
+					case <-up:
+					case <-ctx.Done():
+						return
+					case <-expired:
+						return
+					}
+				}
+				log.Printf("change %d: the owner's session opened after %v, it held the point after %v", i+1, ready.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
+			}(t0)
 			p.mu.Lock()
 			p.owners[k] = o
 			p.mu.Unlock()
@@ -111,8 +139,8 @@ func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *ran
 			c.enter = max(c.enter, last)
 		}
 		all = append(all, ts...)
-		log.Printf("change %d (%s): the first lookup saw it after %v, the median %v, the last %v", i+1, map[bool]string{true: "leave", false: "return"}[i%2 == 0],
-			ts[0].Round(time.Millisecond), ts[len(ts)/2].Round(time.Millisecond), last.Round(time.Millisecond))
+		log.Printf("change %d (%s): the first lookup saw it after %v, the median %v, the last %v; heartbeats meanwhile %d", i+1, map[bool]string{true: "leave", false: "return"}[i%2 == 0],
+			ts[0].Round(time.Millisecond), ts[len(ts)/2].Round(time.Millisecond), last.Round(time.Millisecond), p.counters().heartbeats-hb0)
 	}
 	slices.Sort(all)
 	c.p50, c.p99 = all[len(all)/2], all[len(all)*99/100]
