@@ -554,7 +554,8 @@ func (s *Server) nudgeFollowers() {
 var nudges = func() *atomic.Bool { var b atomic.Bool; b.Store(true); return &b }()
 
 // runNudges appends a barrier for each nudge, one at a time: commits made
-// while one is in flight share the next. It runs until the node stops.
+// while one is in flight share the next. A node alone in its cluster
+// appends none. It runs until the node stops.
 func (s *Server) runNudges() {
 	for {
 		select {
@@ -562,7 +563,7 @@ func (s *Server) runNudges() {
 			return
 		case <-s.nudge:
 		}
-		if s.raft.State() != raft.Leader {
+		if s.raft.State() != raft.Leader || s.alone() {
 			continue
 		}
 		f := s.raft.Barrier(10 * time.Second)
@@ -578,4 +579,11 @@ func (s *Server) runNudges() {
 			return
 		}
 	}
+}
+
+// alone reports whether this node is the only server in raft's latest
+// configuration: it has no follower to nudge.
+func (s *Server) alone() bool {
+	f := s.raft.GetConfiguration()
+	return f.Error() != nil || len(f.Configuration().Servers) <= 1
 }

@@ -68,7 +68,9 @@ func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *ran
 	for i := range n {
 		var seen func(*lb.Lookup) bool
 		var t0 time.Time
-		hb0 := p.counters().heartbeats // a heartbeat sent meanwhile competes with the change
+		// Heartbeats sent meanwhile compete with the change; table updates
+		// count the pushes it took.
+		c0 := p.counters()
 		if i%2 == 0 {
 			// An owner with an arc in the view: with about as many owners
 			// as ring entries (5,000 at R=8192) one may hold none at the
@@ -139,8 +141,8 @@ func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *ran
 			c.enter = max(c.enter, last)
 		}
 		all = append(all, ts...)
-		log.Printf("change %d (%s): the first lookup saw it after %v, the median %v, the last %v; heartbeats meanwhile %d", i+1, map[bool]string{true: "leave", false: "return"}[i%2 == 0],
-			ts[0].Round(time.Millisecond), ts[len(ts)/2].Round(time.Millisecond), last.Round(time.Millisecond), p.counters().heartbeats-hb0)
+		log.Printf("change %d (%s): the first lookup saw it after %v, the median %v, the last %v; table updates meanwhile %d, heartbeats %d", i+1, map[bool]string{true: "leave", false: "return"}[i%2 == 0],
+			ts[0].Round(time.Millisecond), ts[len(ts)/2].Round(time.Millisecond), last.Round(time.Millisecond), p.counters().lookupUpdates-c0.lookupUpdates, p.counters().heartbeats-c0.heartbeats)
 	}
 	slices.Sort(all)
 	c.p50, c.p99 = all[len(all)/2], all[len(all)*99/100]
