@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -42,19 +41,7 @@ func standbyApplies(t *testing.T, d time.Duration) error {
 		cfg := testNodeConfig(t, id, "ns", 64, time.Minute)
 		cfg.Join, cfg.Observer = join, obs
 		cfg.RaftCommitTimeout = time.Hour
-		s, err := NewServer(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(nil); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			s.Stop(ctx)
-		})
-		return s
+		return startTestNode(t, cfg)
 	}
 	a := start("n1", "", nil)
 	waitLeading(t, a, 20*time.Second)

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -29,4 +30,22 @@ func waitLeading(tb testing.TB, s *Server, d time.Duration) {
 		}
 		time.Sleep(5 * time.Millisecond) // polling interval
 	}
+}
+
+// startTestNode starts a node with cfg and stops it when tb ends.
+func startTestNode(tb testing.TB, cfg ServerConfig) *Server {
+	tb.Helper()
+	s, err := NewServer(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.Start(nil); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Stop(ctx)
+	})
+	return s
 }

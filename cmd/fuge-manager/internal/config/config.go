@@ -160,7 +160,7 @@ func settings() []setting {
 				return nil
 			}},
 		{flag: "log-retention", env: "FUGE_LOG_RETENTION", key: "log_retention", arg: "DURATION", def: "5m",
-			usage: "how long the change log keeps a change for reconnecting lookups",
+			usage: "how long the replicated change log keeps a change (for the lease core's PRS lookup\n\tprotocol; Lookups over xDS resume from their block versions and do not read it)",
 			set:   func(c *Config, v string) error { return duration(&c.Server.LogRetention, v) }},
 		{flag: "heartbeat-interval", env: "FUGE_HEARTBEAT_INTERVAL", key: "heartbeat_interval", arg: "DURATION", def: "lease-duration/6",
 			usage: "how often the leader tells lookups it is alive; under lease-duration",
