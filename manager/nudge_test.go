@@ -87,8 +87,8 @@ func TestStandbyAppliesCommitsAtOnce(t *testing.T) {
 // TestStandbyAppliesCommitsAtOnce: without the barriers the standby does
 // not apply the last commit while nothing else is appended.
 func TestStandbyWaitsWithoutNudges(t *testing.T) {
-	nudges.Store(false)
-	t.Cleanup(func() { nudges.Store(true) })
+	skipNudges.Store(true)
+	t.Cleanup(func() { skipNudges.Store(false) })
 	err := standbyApplies(t, 2*time.Second)
 	if err == nil {
 		t.Fatal("the standby applied the last commit without a barrier: the test cannot tell nudges from none")
