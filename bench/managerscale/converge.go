@@ -29,6 +29,12 @@ type convergence struct {
 	// harness). On one machine the two share its cores, so a change is
 	// seen no sooner than their sum over the cores allows.
 	mgrCPU, genCPU time.Duration
+	// Table updates (ArcBlock responses) and heartbeats the lookups
+	// received while the changes were timed, over all of them: a change
+	// pushed in one piece is one update a lookup; heartbeats sent meanwhile
+	// compete with it for the same cores.
+	updates, heartbeats uint64
+	lookups             int
 }
 
 func (c convergence) String() string {
@@ -43,6 +49,9 @@ func (c convergence) String() string {
 	}
 	if c.mgrCPU+c.genCPU > 0 {
 		s += fmt.Sprintf("; CPU a change: managers %v, generator %v", c.mgrCPU.Round(time.Millisecond), c.genCPU.Round(time.Millisecond))
+	}
+	if c.lookups > 0 {
+		s += fmt.Sprintf("; table updates a change %.2f a lookup, heartbeats meanwhile %d", float64(c.updates)/float64(c.changes)/float64(c.lookups), c.heartbeats)
 	}
 	return s
 }
@@ -60,7 +69,8 @@ func (c convergence) String() string {
 // of the same new owner, and the return gave the owner both), so watching
 // the point's block missed returns once blocks held 4 arcs.
 func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *rand.Rand, limit time.Duration) (convergence, error) {
-	c := convergence{changes: n}
+	c := convergence{changes: n, lookups: len(p.lookups) + len(p.light)}
+	start := p.counters()
 	var all []time.Duration
 	var k int
 	var h uint64
@@ -146,6 +156,8 @@ func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *ran
 	}
 	slices.Sort(all)
 	c.p50, c.p99 = all[len(all)/2], all[len(all)*99/100]
+	end := p.counters()
+	c.updates, c.heartbeats = end.lookupUpdates-start.lookupUpdates, end.heartbeats-start.heartbeats
 	return c, nil
 }
 

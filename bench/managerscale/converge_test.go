@@ -18,4 +18,12 @@ func TestConvergenceNamesCPUPerChange(t *testing.T) {
 	if s := c.String(); !strings.Contains(s, want) {
 		t.Fatalf("got %q, want it to contain %q", s, want)
 	}
+	if s := c.String(); strings.Contains(s, "table updates") {
+		t.Fatalf("table updates named without lookups: %q", s)
+	}
+	c.lookups, c.updates, c.heartbeats = 2000, 12000, 10
+	want = "; table updates a change 1.50 a lookup, heartbeats meanwhile 10"
+	if s := c.String(); !strings.HasSuffix(s, want) {
+		t.Fatalf("got %q, want it to end with %q", s, want)
+	}
 }
