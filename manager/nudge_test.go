@@ -8,19 +8,25 @@ import (
 )
 
 // nsRecorder is an Observer that records the namespaces it was given a
-// view of.
+// view of, and signals each view on changed.
 type nsRecorder struct {
-	mu   sync.Mutex
-	seen map[string]bool
+	mu      sync.Mutex
+	seen    map[string]bool
+	changed chan struct{} // buffered 1
+}
+
+func newNSRecorder() *nsRecorder {
+	return &nsRecorder{seen: map[string]bool{}, changed: make(chan struct{}, 1)}
 }
 
 func (r *nsRecorder) NamespaceView(ns string, _ []LookupEntry, _ uint64) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.seen == nil {
-		r.seen = map[string]bool{}
-	}
 	r.seen[ns] = true
+	r.mu.Unlock()
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
 }
 
 func (r *nsRecorder) NamespaceDeleted(string) {}
@@ -31,10 +37,26 @@ func (r *nsRecorder) has(ns string) bool {
 	return r.seen[ns]
 }
 
+// waitFor waits until a view of ns has been recorded, or returns an error
+// after d.
+func (r *nsRecorder) waitFor(ns string, d time.Duration) error {
+	timeout := time.After(d)
+	for !r.has(ns) {
+		select {
+		case <-r.changed:
+		case <-timeout:
+			return fmt.Errorf("no view of %q within %v", ns, d)
+		}
+	}
+	return nil
+}
+
 // standbyApplies starts a leader and a standby whose raft CommitTimeout is
 // an hour, so that the leader sends the commit index only with new
 // entries, creates a namespace on the leader, and reports whether the
-// standby applied that commit within d.
+// standby applied that commit within d. The standby's view of the first
+// namespace shows it replicating, and the leader added it to its raft
+// configuration before that: nothing else is appended after the create.
 func standbyApplies(t *testing.T, d time.Duration) error {
 	t.Helper()
 	start := func(id, join string, obs Observer) *Server {
@@ -45,11 +67,14 @@ func standbyApplies(t *testing.T, d time.Duration) error {
 	}
 	a := start("n1", "", nil)
 	waitLeading(t, a, 20*time.Second)
-	var rec nsRecorder
+	rec := newNSRecorder()
 	_, _, ah := a.Addrs()
-	b := start("n2", ah, &rec)
-	if err := poll(20*time.Second, func() bool { return a.Voters() == 2 && rec.has("ns") }); err != nil {
+	b := start("n2", ah, rec)
+	if err := rec.waitFor("ns", 20*time.Second); err != nil {
 		t.Fatalf("the standby did not join and apply the first namespace: %v", err)
+	}
+	if v := a.Voters(); v != 2 {
+		t.Fatalf("the leader's configuration has %d voters, want 2", v)
 	}
 	if err := a.apply(command{Op: "create", Namespace: &NamespaceConfig{Name: "later", RingSize: 64}}); err != nil {
 		t.Fatal(err)
@@ -57,18 +82,7 @@ func standbyApplies(t *testing.T, d time.Duration) error {
 	if b.IsLeader() {
 		t.Fatal("the standby leads")
 	}
-	return poll(d, func() bool { return rec.has("later") })
-}
-
-// poll waits until cond holds, or returns an error after d.
-func poll(d time.Duration, cond func() bool) error {
-	for deadline := time.Now().Add(d); !cond(); {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not within %v", d)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval
-	}
-	return nil
+	return rec.waitFor("later", d)
 }
 
 // TestStandbyAppliesCommitsAtOnce checks that a standby applies the

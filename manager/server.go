@@ -465,19 +465,7 @@ func (s *Server) apply(c command) error {
 	}
 	start := time.Now()
 	f := s.raft.Apply(b, 10*time.Second)
-	// raft answers an applied entry's future from its FSM goroutine, which
-	// ends at Shutdown without answering what it had not applied yet: the
-	// future's Error would then wait for ever, and the leader loop with it
-	// (a test's Kill hung 6m30s on that, 1 run in 8 of the ownerguard
-	// package). So the wait also ends when the node stops.
-	errc := make(chan error, 1)
-	go func() { errc <- f.Error() }()
-	select {
-	case err = <-errc:
-	case <-s.stop:
-		return fmt.Errorf("%w: the node is stopping", ErrNotLeader)
-	}
-	if err != nil {
+	if err = s.await(f); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return fmt.Errorf("%w: %w", ErrNotLeader, err)
 		}
@@ -489,6 +477,23 @@ func (s *Server) apply(c command) error {
 		return err
 	}
 	return nil
+}
+
+// await waits for a raft future's answer, or until the node stops.
+// raft answers an applied entry's future (a command's, a barrier's) from
+// its FSM goroutine, which ends at Shutdown without answering what it had
+// not applied yet: the future's Error would then wait for ever, and the
+// leader loop with it (a test's Kill hung 6m30s on that, 1 run in 8 of the
+// ownerguard package). So the wait also ends when the node stops.
+func (s *Server) await(f raft.Future) error {
+	errc := make(chan error, 1)
+	go func() { errc <- f.Error() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-s.stop:
+		return fmt.Errorf("%w: the node is stopping", ErrNotLeader)
+	}
 }
 
 // advertised returns the addresses other members and clients are told:
@@ -566,17 +571,8 @@ func (s *Server) runNudges() {
 		if s.raft.State() != raft.Leader || s.alone() {
 			continue
 		}
-		f := s.raft.Barrier(10 * time.Second)
-		// As in apply: the future is not answered once raft has shut down.
-		errc := make(chan error, 1)
-		go func() { errc <- f.Error() }()
-		select {
-		case err := <-errc:
-			if err == nil {
-				s.metrics.nudges.Inc()
-			}
-		case <-s.stop:
-			return
+		if s.await(s.raft.Barrier(10*time.Second)) == nil {
+			s.metrics.nudges.Inc()
 		}
 	}
 }

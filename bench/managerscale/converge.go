@@ -30,7 +30,7 @@ type convergence struct {
 	// seen no sooner than their sum over the cores allows.
 	mgrCPU, genCPU time.Duration
 	// Table updates (ArcBlock responses) and heartbeats the lookups
-	// received while the changes were timed, over all of them: a change
+	// received while each change was timed, summed over the changes: a change
 	// pushed in one piece is one update a lookup; heartbeats sent meanwhile
 	// compete with it for the same cores.
 	updates, heartbeats uint64
@@ -70,7 +70,6 @@ func (c convergence) String() string {
 // the point's block missed returns once blocks held 4 arcs.
 func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *rand.Rand, limit time.Duration) (convergence, error) {
 	c := convergence{changes: n, lookups: len(p.lookups) + len(p.light)}
-	start := p.counters()
 	var all []time.Duration
 	var k int
 	var h uint64
@@ -111,12 +110,11 @@ func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *ran
 			// When the owner held the point, to tell the lease protocol's
 			// part of a return from the fan-out's.
 			go func(t0 time.Time) {
-				expired := time.After(limit)
+				wctx, cancel := context.WithTimeout(ctx, limit)
+				defer cancel()
 				select {
 				case <-o.Ready():
-				case <-ctx.Done():
-					return
-				case <-expired:
+				case <-wctx.Done():
 					return
 				}
 				ready := time.Since(t0)
@@ -127,9 +125,7 @@ func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *ran
 					}
 					select {
 					case <-up:
-					case <-ctx.Done():
-						return
-					case <-expired:
+					case <-wctx.Done():
 						return
 					}
 				}
@@ -151,13 +147,14 @@ func (p *pool) timeChanges(ctx context.Context, httpAddr string, n int, rnd *ran
 			c.enter = max(c.enter, last)
 		}
 		all = append(all, ts...)
+		d := p.counters().sub(c0)
+		c.updates += d.lookupUpdates
+		c.heartbeats += d.heartbeats
 		log.Printf("change %d (%s): the first lookup saw it after %v, the median %v, the last %v; table updates meanwhile %d, heartbeats %d", i+1, map[bool]string{true: "leave", false: "return"}[i%2 == 0],
-			ts[0].Round(time.Millisecond), ts[len(ts)/2].Round(time.Millisecond), last.Round(time.Millisecond), p.counters().lookupUpdates-c0.lookupUpdates, p.counters().heartbeats-c0.heartbeats)
+			ts[0].Round(time.Millisecond), ts[len(ts)/2].Round(time.Millisecond), last.Round(time.Millisecond), d.lookupUpdates, d.heartbeats)
 	}
 	slices.Sort(all)
 	c.p50, c.p99 = all[len(all)/2], all[len(all)*99/100]
-	end := p.counters()
-	c.updates, c.heartbeats = end.lookupUpdates-start.lookupUpdates, end.heartbeats-start.heartbeats
 	return c, nil
 }
 
