@@ -82,6 +82,7 @@ func main() {
 	every := flag.Duration("restart-every", 12*time.Second, "mean time between node restarts during churn")
 	changes := flag.Int("changes", 10, "changes to time until every lookup has seen them, between steady and churn: an owner's clean leave, then its return, in turn")
 	leaseT := flag.Duration("lease", 60*time.Second, "lease duration T")
+	heartbeat := flag.Duration("heartbeat", 0, "passed to fuge-manager --heartbeat-interval, how often every node heartbeats its lookups (0: the manager's default, T/6); shorter makes a change likelier to meet a standby's heartbeat to all its lookups")
 	seed := flag.Uint64("seed", 1, "seed for the restart schedule and the owners changed")
 	kind := flag.String("restart-kind", "crash", "how an owner restarts during churn: crash (its process dies: the manager is not told, as in PRS §7.1) or clean (Close: a clean leave, its arcs move to the others and back)")
 	memLimit := flag.String("memory-limit", "", "passed to fuge-manager --memory-limit (empty: Go's default)")
@@ -120,6 +121,9 @@ func main() {
 	if *perConn < 1 {
 		log.Fatalf("-streams-per-conn %d: want at least 1", *perConn)
 	}
+	if *heartbeat < 0 || (*heartbeat > 0 && *heartbeat >= *leaseT) {
+		log.Fatalf("-heartbeat %v: want 0 or under -lease %v", *heartbeat, *leaseT)
+	}
 	if *burst < -1 {
 		log.Fatalf("-session-burst %d: want -1 or more", *burst)
 	}
@@ -149,7 +153,7 @@ func main() {
 		log.Fatalf("-ring %q: want at least one ring size", *rings)
 	}
 	cfg := config{owners: *owners, lookups: *lookups, nodes: *nodes, steady: *steady, churn: *churn, every: *every,
-		changes: *changes, lease: *leaseT, seed: *seed, memLimit: *memLimit, kind: *kind, profDir: *profDir, perConn: *perConn, full: *full, burst: *burst, startConc: *startConc}
+		changes: *changes, lease: *leaseT, heartbeat: *heartbeat, seed: *seed, memLimit: *memLimit, kind: *kind, profDir: *profDir, perConn: *perConn, full: *full, burst: *burst, startConc: *startConc}
 	if err := runAll(cfg, rs, *markdown); err != nil {
 		log.Fatal(err)
 	}
@@ -168,11 +172,11 @@ type managerNode struct {
 
 // startManager starts node id, joining the cluster at join (an admin
 // address) unless join is empty.
-func startManager(bin, dir, id, join string, leaseT time.Duration, memLimit string, burst int, pprof bool) (*managerNode, error) {
+func startManager(bin, dir, id, join string, cfg config) (*managerNode, error) {
 	n := &managerNode{id: id, grpc: freePort(), http: freePort()}
 	args := []string{"--data-dir", filepath.Join(dir, "data-"+id), "--node-id", id,
 		"--raft-addr", freePort(), "--grpc-addr", n.grpc, "--http-addr", n.http,
-		"--lease-duration", leaseT.String(), "--namespace", fmt.Sprintf("%s:%d", namespace, ringSize), "--log-level", "warn",
+		"--lease-duration", cfg.lease.String(), "--namespace", fmt.Sprintf("%s:%d", namespace, ringSize), "--log-level", "warn",
 		// The figures are PRS's plaintext protocol cost; 2,500 clients with
 		// certificates of their own (and their handshakes) are not measured
 		// here yet.
@@ -180,13 +184,16 @@ func startManager(bin, dir, id, join string, leaseT time.Duration, memLimit stri
 	if join != "" {
 		args = append(args, "--join", join)
 	}
-	if memLimit != "" {
-		args = append(args, "--memory-limit", memLimit)
+	if cfg.heartbeat > 0 {
+		args = append(args, "--heartbeat-interval", cfg.heartbeat.String())
 	}
-	if burst > 0 {
-		args = append(args, "--session-burst", strconv.Itoa(burst))
+	if cfg.memLimit != "" {
+		args = append(args, "--memory-limit", cfg.memLimit)
 	}
-	if pprof {
+	if cfg.burst > 0 {
+		args = append(args, "--session-burst", strconv.Itoa(cfg.burst))
+	}
+	if cfg.profDir != "" {
 		args = append(args, "--pprof")
 	}
 	n.cmd = exec.Command(bin, args...)
@@ -219,6 +226,7 @@ type config struct {
 	steady, churn, every    time.Duration
 	changes                 int
 	lease                   time.Duration
+	heartbeat               time.Duration // fuge-manager --heartbeat-interval; 0: its default
 	seed                    uint64
 	memLimit, kind, profDir string
 	perConn                 int // lookup streams per connection
@@ -291,7 +299,7 @@ func run(cfg config, bin, dir string) (result, error) {
 		if i > 0 {
 			join = nodes[0].http
 		}
-		n, err := startManager(bin, dir, fmt.Sprintf("m%d", i+1), join, leaseT, memLimit, cfg.burst, profDir != "")
+		n, err := startManager(bin, dir, fmt.Sprintf("m%d", i+1), join, cfg)
 		if err != nil {
 			return res, err
 		}
