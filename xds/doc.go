@@ -139,6 +139,18 @@
 // stream, the table keeps the published arcs once, to compare blocks, and
 // the latest kept view.
 //
+// A push is computed as it is sent, not as it falls due: a stream that
+// holds an epoch's versions is queued a lateAnswer, which its sender turns
+// into responses when it reaches it, from the versions the stream holds
+// then to the cache's then. A node's pool reaches its 10,000th stream a
+// few hundred milliseconds after its first, and a change's second commit,
+// arriving meanwhile, was otherwise sent separately, after the client had
+// acknowledged the first: two pushes. And table changes go before
+// heartbeats: the pool takes the streams with a change queued first, and a
+// stream's sender sends its ArcBlock responses before its Heartbeats (each
+// type in order), so a change that falls due as a node heartbeats all its
+// streams does not wait behind that.
+//
 // Whole tables (a response of 512 blocks or more: a Lookup's first, or
 // one that reconnects far behind) go out to at most 64 streams at once,
 // each stream keeping its slot until its client has acknowledged, its

@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -39,9 +40,10 @@ type lookupStreamIDs struct{ n atomic.Int64 }
 
 func (x *lookupStreamIDs) next() int64 { return -x.n.Add(1) }
 
-// lookupSub is a Lookup stream's wildcard subscription to one type. The
-// cache reads returned under its lock; it is replaced, never modified, by
-// deliver, which runs under that lock too.
+// lookupSub is a Lookup stream's wildcard subscription to one type. Its
+// fields are read and replaced (returned is never modified) under the
+// cache's lock: by a watch's answer, or by a lateAnswer as the stream's
+// sender reaches it.
 type lookupSub struct {
 	returned map[string]string
 	// epoch is the cache's epoch whose wildcard versions returned is; 0
@@ -77,6 +79,8 @@ type lookupStream struct {
 	senders sync.WaitGroup
 	// recheck asks the gate again at the next request (RecheckLookups).
 	recheck atomic.Bool
+	// pooled says where the stream waits for a pool worker (sendPool).
+	pooled uint8
 	// The stream's part in the table's wholeGate: slot, it holds a slot
 	// (taken the hold-th time; stopHold disarms its timeout); waiting, it
 	// waits for one with its sender stopped (sending stays true, so no
@@ -185,7 +189,14 @@ func (st *lookupStream) onRequest(req *discovery.DeltaDiscoveryRequest) error {
 	}
 	st.t.mu.RLock()
 	defer st.t.mu.RUnlock()
-	c, err := mux{st.t}.route(req.GetNode(), typeURL, sub)
+	c, err := mux{st.t}.routeHeld(req.GetNode(), typeURL, func(c *typeCache) bool {
+		if c == nil {
+			return false
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(sub.returned) > 0
+	})
 	if err != nil {
 		return err
 	}
@@ -211,6 +222,12 @@ func (st *lookupStream) onRequest(req *discovery.DeltaDiscoveryRequest) error {
 // block its sender until the client reads, so it gets a goroutine of its
 // own, and a slow client holds up nobody else.
 //
+// A table change goes before heartbeats: the pool takes the streams with
+// one queued first (sendPool), and a stream's sender sends its table
+// responses before its heartbeats (nextResponse). A node heartbeats every
+// stream at once; at ten times PRS's load, 10,000 streams a node, a change
+// that fell due just after a heartbeat waited behind it.
+//
 // A response carrying a whole table (wholeGate.min blocks or more) is
 // sent only once the stream holds a slot of the table's wholeGate.
 func (st *lookupStream) deliver(r *deltaResponse) {
@@ -221,11 +238,17 @@ func (st *lookupStream) deliver(r *deltaResponse) {
 	}
 	st.queue = append(st.queue, r)
 	if st.sending {
+		if isChange(r) {
+			st.t.senders.hurry(st)
+		}
 		return
 	}
 	st.sending = true
 	st.startSender()
 }
+
+// isChange reports whether r carries ArcBlocks, not a heartbeat.
+func isChange(r *deltaResponse) bool { return r.req.GetTypeUrl() != HeartbeatTypeURL }
 
 // startSender starts a sender for st, which has its sending flag set: a
 // pool worker if its client owes nothing, else a goroutine of its own
@@ -233,10 +256,24 @@ func (st *lookupStream) deliver(r *deltaResponse) {
 func (st *lookupStream) startSender() {
 	st.senders.Add(1)
 	if st.unacked == 0 {
-		st.t.senders.submit(st)
+		st.t.senders.submit(st, slices.ContainsFunc(st.queue, isChange))
 	} else {
 		go st.drain(false)
 	}
+}
+
+// nextResponse moves the first table response of st's queue to its head,
+// ahead of heartbeats, and returns it. The queue is not empty; st.mu is
+// held. Responses of one type keep their order, as the protocol requires;
+// a heartbeat sent after a table response that was queued after it tells
+// the client no less.
+func (st *lookupStream) nextResponse() *deltaResponse {
+	if i := slices.IndexFunc(st.queue, isChange); i > 0 {
+		r := st.queue[i]
+		copy(st.queue[1:i+1], st.queue[:i])
+		st.queue[0] = r
+	}
+	return st.queue[0]
 }
 
 // acked records the client's acknowledgement (or NACK) of a response.
@@ -269,7 +306,18 @@ func (st *lookupStream) drain(pooled bool) {
 			st.mu.Unlock()
 			return
 		}
-		r := st.queue[0]
+		r := st.nextResponse()
+		if r.late != nil {
+			// Only this sender takes from the queue, so r is still its
+			// head after the cache is read; the cache's lock is not taken
+			// under st.mu (deliver is called under it and takes st.mu).
+			st.mu.Unlock()
+			rs := r.late.take(r.req)
+			st.mu.Lock()
+			st.queue = slices.Replace(st.queue, 0, 1, rs...)
+			st.mu.Unlock()
+			continue
+		}
 		if !st.slot && len(r.resp.Resources) >= st.t.whole.min {
 			switch {
 			case st.bypass:
@@ -300,37 +348,82 @@ func (st *lookupStream) drain(pooled bool) {
 
 // sendPool sends for Lookup streams that owe their client nothing (see
 // deliver): up to sendWorkers goroutines, which exist while streams wait.
+// Streams with a table change queued (changes) are taken before the
+// others (ready). A stream waiting in ready that is given a change moves
+// to changes (hurry); its entry in ready stays, and is skipped when
+// reached, since a stream's pooled field says where it waits.
 type sendPool struct {
-	mu      sync.Mutex
-	ready   []*lookupStream
-	workers int
+	mu             sync.Mutex
+	ready, changes []*lookupStream
+	workers        int
 }
+
+// Where a stream waits for a pool worker: its pooled field, guarded by
+// sendPool.mu.
+const (
+	notPooled = iota
+	pooledReady
+	pooledChanges
+)
 
 // sendWorkers bounds the pool's goroutines.
 const sendWorkers = 8
 
-func (p *sendPool) submit(st *lookupStream) {
+// submit queues st for a worker, among the changes if change is set.
+func (p *sendPool) submit(st *lookupStream, change bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.ready = append(p.ready, st)
+	if change {
+		st.pooled = pooledChanges
+		p.changes = append(p.changes, st)
+	} else {
+		st.pooled = pooledReady
+		p.ready = append(p.ready, st)
+	}
 	if p.workers < sendWorkers {
 		p.workers++
 		go p.work()
 	}
 }
 
+// hurry moves st among the changes if it waits among the others.
+func (p *sendPool) hurry(st *lookupStream) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st.pooled == pooledReady {
+		st.pooled = pooledChanges
+		p.changes = append(p.changes, st)
+	}
+}
+
 func (p *sendPool) work() {
 	for {
 		p.mu.Lock()
-		st := popFirst(&p.ready)
+		st := p.next()
 		if st == nil {
 			p.workers--
-			p.ready = nil
+			p.ready, p.changes = nil, nil
 			p.mu.Unlock()
 			return
 		}
+		st.pooled = notPooled
 		p.mu.Unlock()
 		st.drain(true)
+	}
+}
+
+// next takes the next stream waiting, one with a change first; nil if
+// none. p.mu is held.
+func (p *sendPool) next() *lookupStream {
+	if st := popFirst(&p.changes); st != nil {
+		return st
+	}
+	for {
+		st := popFirst(&p.ready)
+		if st == nil || st.pooled == pooledReady {
+			return st
+		}
+		// moved among the changes and taken from there
 	}
 }
 

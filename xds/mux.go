@@ -48,12 +48,21 @@ func namespaceOf(node *core.Node) (string, error) {
 // not heard of yet, as on a lagging node, is not treated as deleted: the
 // lookup keeps its table and retries.)
 func (m mux) route(node *core.Node, typeURL string, sub cache.Subscription) (*typeCache, error) {
+	return m.routeHeld(node, typeURL, func(*typeCache) bool { return len(sub.ReturnedResources()) > 0 })
+}
+
+// routeHeld is route, with held reporting whether the client holds
+// resources of the type: given the namespace's cache of it, nil if none,
+// and asked only of a namespace without a view. A Lookup stream's versions
+// change under the cache's lock (a response is computed as it is sent), so
+// it reads them there.
+func (m mux) routeHeld(node *core.Node, typeURL string, held func(*typeCache) bool) (*typeCache, error) {
 	ns, err := namespaceOf(node)
 	if err != nil {
 		return nil, err
 	}
 	sp := m.t.spaces[ns]
-	if sp == nil || !sp.live && len(sub.ReturnedResources()) == 0 {
+	if sp == nil || !sp.live && !held(sp.caches[typeURL]) {
 		return nil, status.Errorf(codes.NotFound, "%v: %q", ErrUnknownNamespace, ns)
 	}
 	c := sp.caches[typeURL]

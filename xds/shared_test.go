@@ -32,7 +32,8 @@ func blockResources(t *testing.T, n int, v, owner string) map[string]*resource {
 	return set
 }
 
-// answerOf opens a Lookup watch on c for sub and returns what it delivers.
+// answerOf opens a Lookup watch on c for sub and returns what it delivers,
+// as sent at once (a lateAnswer taken).
 func answerOf(t *testing.T, c *typeCache, sub *lookupSub) []*deltaResponse {
 	t.Helper()
 	var got []*deltaResponse
@@ -40,7 +41,21 @@ func answerOf(t *testing.T, c *typeCache, sub *lookupSub) []*deltaResponse {
 	if _, err := c.createLookupWatch(req, sub, func(r *deltaResponse) { got = append(got, r) }, 0); err != nil {
 		t.Fatal(err)
 	}
-	return got
+	return sent(got)
+}
+
+// sent is what a Lookup stream's sender sends of responses delivered to
+// it: each lateAnswer taken as it is reached.
+func sent(delivered []*deltaResponse) []*deltaResponse {
+	var out []*deltaResponse
+	for _, r := range delivered {
+		if r.late != nil {
+			out = append(out, r.late.take(r.req)...)
+		} else {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // TestLookupAnswersShared: Lookup streams that hold the same versions (none,
@@ -201,7 +216,7 @@ func TestLookupAnswersConverge(t *testing.T) {
 			s.open = stop != nil
 		}
 		take := func(s *stream) {
-			for _, r := range s.pending {
+			for _, r := range sent(s.pending) {
 				for _, res := range r.resp.Resources {
 					s.held[res.Name] = res.Version
 				}
@@ -254,5 +269,53 @@ func TestLookupAnswersConverge(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestLateAnswer: a change due to a Lookup stream that holds an epoch's
+// versions is computed when its sender reaches it, so it carries what was
+// updated after it fell due (two updates, one response); a second request
+// of the same stream gets a response of its own, empty once the first
+// brought the stream up to date, since only a response acknowledged opens
+// the stream's next watch.
+func TestLateAnswer(t *testing.T) {
+	var idx frameIndex
+	c := newTypeCache(ArcBlockTypeURL, &idx, realClock{})
+	c.update("1", blockResources(t, 8, "1", "a"), nil)
+	sub := &lookupSub{returned: map[string]string{}}
+	if first := answerOf(t, c, sub); len(first) != 1 || len(first[0].resp.Resources) != 8 || sub.epoch != 1 {
+		t.Fatalf("first answer: %d responses, epoch %d; want the 8 blocks, epoch 1", len(first), sub.epoch)
+	}
+
+	var due []*deltaResponse
+	ack := &cache.DeltaRequest{TypeUrl: c.typeURL, ResponseNonce: "1"}
+	for range 2 { // the acknowledgement, and the same request again
+		if _, err := c.createLookupWatch(ack, sub, func(r *deltaResponse) { due = append(due, r) }, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.update("2", blockResources(t, 1, "2", "b"), nil) // block 0
+	later := blockResources(t, 2, "3", "c")
+	delete(later, wire.BlockName("ns", 0))
+	c.update("3", later, nil) // block 1, after the change fell due
+	if len(due) != 2 || due[0].late == nil || due[1].late == nil || sub.epoch != 1 {
+		t.Fatalf("due: %d responses (late %v), stream at epoch %d; want 2 late ones, still at epoch 1", len(due), len(due) > 0 && due[0].late != nil, sub.epoch)
+	}
+
+	got := due[0].late.take(due[0].req)
+	if len(got) != 1 || got[0].resp.SystemVersionInfo != "3" || sub.epoch != c.epoch {
+		t.Fatalf("taken: %d responses; want 1 at version 3, the stream at the cache's epoch %d (is %d)", len(got), c.epoch, sub.epoch)
+	}
+	want := map[string]string{wire.BlockName("ns", 0): "2", wire.BlockName("ns", 1): "3"}
+	if len(got[0].resp.Resources) != len(want) {
+		t.Fatalf("taken: %d blocks, want blocks 0 at 2 and 1 at 3", len(got[0].resp.Resources))
+	}
+	for _, r := range got[0].resp.Resources {
+		if want[r.Name] != r.Version {
+			t.Errorf("sent %s at %s, want %v", r.Name, r.Version, want)
+		}
+	}
+	if again := due[1].late.take(due[1].req); len(again) != 1 || len(again[0].resp.Resources) != 0 || len(again[0].resp.RemovedResources) != 0 {
+		t.Fatalf("the second request's answer: %d responses; want 1 that carries nothing", len(again))
 	}
 }

@@ -1,0 +1,55 @@
+package xds
+
+import (
+	"testing"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+)
+
+// TestSendPoolTakesChangesFirst: the pool's workers take the streams with
+// a table change queued before those with only heartbeats, a stream given
+// a change while it waits moves ahead (its first place is skipped), and a
+// stream that is not waiting is not queued by a change.
+func TestSendPoolTakesChangesFirst(t *testing.T) {
+	p := &sendPool{workers: sendWorkers} // no worker starts: next is called here
+	a, b, c, d := &lookupStream{}, &lookupStream{}, &lookupStream{}, &lookupStream{}
+	p.submit(a, false)
+	p.submit(b, false)
+	p.submit(c, true)
+	p.hurry(b)
+	p.hurry(d) // not waiting
+	var order []*lookupStream
+	for st := p.next(); st != nil; st = p.next() {
+		st.pooled = notPooled // as work does
+		order = append(order, st)
+	}
+	name := map[*lookupStream]string{a: "a", b: "b", c: "c", d: "d"}
+	got := ""
+	for _, st := range order {
+		got += name[st]
+	}
+	if got != "cba" {
+		t.Fatalf("taken in order %q, want cba: the change, the stream hurried, then the rest, each once", got)
+	}
+}
+
+// TestNextResponseTablesFirst: a stream's sender sends its table responses
+// before its heartbeats, each type in the order it was queued.
+func TestNextResponseTablesFirst(t *testing.T) {
+	resp := func(typeURL string) *deltaResponse {
+		return &deltaResponse{req: &cache.DeltaRequest{TypeUrl: typeURL}}
+	}
+	hb1, blk1, hb2, blk2 := resp(HeartbeatTypeURL), resp(ArcBlockTypeURL), resp(HeartbeatTypeURL), resp(ArcBlockTypeURL)
+	st := &lookupStream{queue: []*deltaResponse{hb1, blk1, hb2, blk2}}
+	var got []*deltaResponse
+	for len(st.queue) > 0 {
+		got = append(got, st.nextResponse())
+		st.queue = st.queue[1:]
+	}
+	want := []*deltaResponse{blk1, blk2, hb1, hb2}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("response %d sent out of order: want the blocks in order, then the heartbeats in order", i)
+		}
+	}
+}
