@@ -553,6 +553,9 @@ func (c *typeCache) lookupResponses(req *cache.DeltaRequest, sub *lookupSub, for
 type lateAnswer struct {
 	c   *typeCache
 	sub *lookupSub
+	// taking is set, under the stream's lock, once its sender computes
+	// the responses: a change due after that needs a response of its own.
+	taking bool
 }
 
 // take returns the responses that bring the stream up to the cache's

@@ -236,6 +236,14 @@ func (st *lookupStream) deliver(r *deltaResponse) {
 	if st.done {
 		return
 	}
+	if r.late != nil && slices.ContainsFunc(st.queue, func(q *deltaResponse) bool {
+		return q.late != nil && q.late.sub == r.late.sub && !q.late.taking
+	}) {
+		// The one queued is computed when sent and carries what r would:
+		// a client that sends request after request without reading the
+		// responses queues at most one per type.
+		return
+	}
 	st.queue = append(st.queue, r)
 	if st.sending {
 		if isChange(r) {
@@ -311,6 +319,7 @@ func (st *lookupStream) drain(pooled bool) {
 			// Only this sender takes from the queue, so r is still its
 			// head after the cache is read; the cache's lock is not taken
 			// under st.mu (deliver is called under it and takes st.mu).
+			r.late.taking = true
 			st.mu.Unlock()
 			rs := r.late.take(r.req)
 			st.mu.Lock()

@@ -53,3 +53,30 @@ func TestNextResponseTablesFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestLateAnswersCollapse: a change due to a stream that has one queued for
+// the same subscription, not yet being computed, adds nothing to its queue
+// (that one carries it when sent), so a client that sends request after
+// request without reading queues at most one response per type; one for
+// another subscription, or after the sender has begun computing the queued
+// one, is queued.
+func TestLateAnswersCollapse(t *testing.T) {
+	st := &lookupStream{t: &LeaseTable{}, sending: true} // a sender runs: deliver only queues
+	var c typeCache
+	blocks, beats := &lookupSub{}, &lookupSub{}
+	late := func(sub *lookupSub, typeURL string) *deltaResponse {
+		return &deltaResponse{req: &cache.DeltaRequest{TypeUrl: typeURL}, late: &lateAnswer{c: &c, sub: sub}}
+	}
+	for range 1000 {
+		st.deliver(late(blocks, ArcBlockTypeURL))
+		st.deliver(late(beats, HeartbeatTypeURL))
+	}
+	if len(st.queue) != 2 {
+		t.Fatalf("1,000 changes due for each of two subscriptions queued %d responses, want 2", len(st.queue))
+	}
+	st.queue[0].late.taking = true
+	st.deliver(late(blocks, ArcBlockTypeURL))
+	if len(st.queue) != 3 {
+		t.Fatalf("a change due while the queued one is computed: %d responses queued, want 3", len(st.queue))
+	}
+}
