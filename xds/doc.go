@@ -145,7 +145,10 @@
 // then to the cache's then. A node's pool reaches its 10,000th stream a
 // few hundred milliseconds after its first, and a change's second commit,
 // arriving meanwhile, was otherwise sent separately, after the client had
-// acknowledged the first: two pushes. And table changes go before
+// acknowledged the first: two pushes. A stream queues at most one such
+// answer per type that its sender has not begun, so a client sending
+// request after request without reading makes the node queue no more.
+// And table changes go before
 // heartbeats: the pool takes the streams with a change queued first, and a
 // stream's sender sends its ArcBlock responses before its Heartbeats (each
 // type in order), so a change that falls due as a node heartbeats all its
