@@ -68,10 +68,13 @@ type Server struct {
 
 	mu     sync.Mutex
 	leader *leaderState // non-nil while this node leads
-	wg     sync.WaitGroup
-	stop   chan struct{}
-	once   sync.Once
-	nudge  chan struct{} // to runNudges; one pending at most
+	// leaderSet is closed, and replaced, whenever leader is set or
+	// cleared (under mu): what a wait for leadership waits on.
+	leaderSet chan struct{}
+	wg        sync.WaitGroup
+	stop      chan struct{}
+	once      sync.Once
+	nudge     chan struct{} // to runNudges; one pending at most
 }
 
 // NewServer validates the configuration; Start brings the node up.
@@ -80,7 +83,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), nudge: make(chan struct{}, 1), sessions: newSessionLimiter(cfg.SessionRate, cfg.SessionBurst),
+	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), leaderSet: make(chan struct{}), nudge: make(chan struct{}, 1), sessions: newSessionLimiter(cfg.SessionRate, cfg.SessionBurst),
 		peers: peerContact{ok: map[raft.ServerID]bool{}}}
 	s.fsm = newFSM(cfg.LogRetention, cfg.LeaseDuration, cfg.Observer)
 	s.events = newEventHub(cfg.Clock, defaultEventBacklog, defaultMaxSubscribers)
@@ -326,6 +329,20 @@ func (s *Server) IsLeader() bool {
 	return s.leader != nil
 }
 
+// leadership reports whether this node leads, and a channel closed when
+// that next changes.
+func (s *Server) leadership() (leading bool, changed <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leader != nil, s.leaderSet
+}
+
+// leadershipChanged wakes the waits on leaderSet. s.mu is held.
+func (s *Server) leadershipChanged() {
+	close(s.leaderSet)
+	s.leaderSet = make(chan struct{})
+}
+
 // Leader returns the leader's node ID and its gRPC and HTTP addresses, or
 // empty strings while there is none.
 func (s *Server) Leader() (id, grpcAddr, httpAddr string) {
@@ -423,6 +440,7 @@ func (s *Server) becomeLeader() error {
 	default:
 	}
 	s.leader = l
+	s.leadershipChanged()
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); l.run() }()
 	s.mu.Unlock()
@@ -450,6 +468,7 @@ func (s *Server) stepDown() {
 	s.mu.Lock()
 	l := s.leader
 	s.leader = nil
+	s.leadershipChanged()
 	s.mu.Unlock()
 	if l != nil {
 		l.stop()

@@ -21,14 +21,20 @@ func testNodeConfig(tb testing.TB, id, ns string, r int, T time.Duration) Server
 	return cfg
 }
 
-// waitLeading polls until s leads, failing tb after d.
+// waitLeading waits until s leads, failing tb after d.
 func waitLeading(tb testing.TB, s *Server, d time.Duration) {
 	tb.Helper()
-	for deadline := time.Now().Add(d); !s.IsLeader(); {
-		if time.Now().After(deadline) {
+	deadline := time.After(d)
+	for {
+		leading, changed := s.leadership()
+		if leading {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
 			tb.Fatal("the node did not come to lead")
 		}
-		time.Sleep(5 * time.Millisecond) // polling interval
 	}
 }
 
