@@ -2,7 +2,6 @@ package manager
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -18,18 +17,7 @@ import (
 // fuzzAdminServer starts a single-node manager serving namespace "ns" and
 // returns its admin handler once it leads.
 func fuzzAdminServer(f testing.TB) http.Handler {
-	s, err := NewServer(testNodeConfig(f, "n1", "ns", 64, 3*time.Second))
-	if err != nil {
-		f.Fatal(err)
-	}
-	if err := s.Start(nil); err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Stop(ctx)
-	})
+	s := startTestNode(f, testNodeConfig(f, "n1", "ns", 64, 3*time.Second))
 	h := s.Handler()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
