@@ -18,17 +18,13 @@ import (
 // returns its admin handler once it leads.
 func fuzzAdminServer(f testing.TB) http.Handler {
 	s := startTestNode(f, testNodeConfig(f, "n1", "ns", 64, 3*time.Second))
+	// A node creates its configured namespaces before it leads.
+	waitLeading(f, s, 20*time.Second)
 	h := s.Handler()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if code, list := fuzzNamespaces(h); code == http.StatusOK && slices.Contains(list, "ns") {
-			return h
-		}
-		if time.Now().After(deadline) {
-			f.Fatal("the manager did not come to lead with namespace ns")
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not a guess at duration
+	if code, list := fuzzNamespaces(h); code != http.StatusOK || !slices.Contains(list, "ns") {
+		f.Fatalf("the leader lists namespaces %v (status %d), want ns among them", list, code)
 	}
+	return h
 }
 
 // fuzzServe runs one admin request through h.
