@@ -50,7 +50,10 @@ type Config struct {
 	// (default DefaultLeaseDuration, 8 s). The manager holds a lease for
 	// T·65/60.
 	LeaseDuration time.Duration
-	// LogRetention is how long the change log keeps a change (default 5 min).
+	// LogRetention is how long the change log keeps a change (default 5 min),
+	// for Lookup's deltas (PRS §4.2). 0 keeps none: Lookup then answers
+	// with snapshots. fuge-manager runs so, since its lookups read the
+	// table over xDS and resume from their block versions, not from the log.
 	LogRetention time.Duration
 	// RaceBackoffMin and RaceBackoffMax bound the random delay before the
 	// manager re-sends after dropping a racing request (defaults T/600, T/60).
@@ -97,8 +100,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Nonce must be nonzero", ErrConfig)
 	case c.LeaseDuration <= 0:
 		return fmt.Errorf("%w: LeaseDuration %v must be positive", ErrConfig, c.LeaseDuration)
-	case c.LogRetention <= 0:
-		return fmt.Errorf("%w: LogRetention %v must be positive", ErrConfig, c.LogRetention)
+	case c.LogRetention < 0:
+		return fmt.Errorf("%w: LogRetention %v must not be negative", ErrConfig, c.LogRetention)
 	case c.RaceBackoffMin <= 0 || c.RaceBackoffMax < c.RaceBackoffMin:
 		return fmt.Errorf("%w: race backoff [%v, %v] must be positive and ordered", ErrConfig, c.RaceBackoffMin, c.RaceBackoffMax)
 	case c.RaceBackoffMax >= c.LeaseDuration/4:

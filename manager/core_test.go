@@ -77,11 +77,11 @@ func exchange(t *testing.T, m *Manager, now time.Time, os ...*owner) {
 
 func TestConfigValidate(t *testing.T) {
 	for name, mut := range map[string]func(*Config){
-		"zero nonce":        func(c *Config) { c.Nonce = 0 },
-		"zero lease":        func(c *Config) { c.LeaseDuration = 0 },
-		"zero retention":    func(c *Config) { c.LogRetention = 0 },
-		"backoff reversed":  func(c *Config) { c.RaceBackoffMin, c.RaceBackoffMax = 2, 1 },
-		"backoff too large": func(c *Config) { c.RaceBackoffMax = c.LeaseDuration },
+		"zero nonce":         func(c *Config) { c.Nonce = 0 },
+		"zero lease":         func(c *Config) { c.LeaseDuration = 0 },
+		"negative retention": func(c *Config) { c.LogRetention = -1 },
+		"backoff reversed":   func(c *Config) { c.RaceBackoffMin, c.RaceBackoffMax = 2, 1 },
+		"backoff too large":  func(c *Config) { c.RaceBackoffMax = c.LeaseDuration },
 	} {
 		c := DefaultConfig()
 		mut(&c)
@@ -230,6 +230,58 @@ func TestLookupDeltaOrSnapshot(t *testing.T) {
 	same, _ := m.Lookup(lease.LookupRequest{Namespace: "ns", ManagerNonce: 7, LSN: cur}, later)
 	if same.Snapshot || len(same.Changes) != 0 {
 		t.Errorf("an up-to-date lookup got %+v", same)
+	}
+}
+
+// With LogRetention 0 (fuge-manager's default: its lookups use xDS) the
+// core numbers changes but keeps none, in its log or in the replicated
+// state: a lookup behind gets a snapshot, one up to date an empty delta.
+func TestZeroRetentionKeepsNoLog(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.LeaseDuration, cfg.RaceBackoffMin, cfg.RaceBackoffMax = 60*time.Second, 100*time.Millisecond, time.Second
+	cfg.Nonce, cfg.LogRetention = 7, 0
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.CreateNamespace(NamespaceConfig{Name: "ns", RingSize: 16}, t0); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := m.Lookup(lease.LookupRequest{Namespace: "ns"}, t0)
+	st, _ := m.State("ns")
+	var commits []Commit
+	a := &owner{name: "a", nonce: 1}
+	for range 6 {
+		out, err := m.Request(a.request(), t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.accept(out)
+		commits = append(commits, out.Commits...)
+	}
+	lsn, _ := m.LSN("ns")
+	if lsn <= first.LSN {
+		t.Fatalf("LSN %d after a grant, %d before", lsn, first.LSN)
+	}
+	if n := m.ns["ns"]; len(n.log.entries) != 0 {
+		t.Errorf("the core's log holds %d changes", len(n.log.entries))
+	}
+	behind, _ := m.Lookup(lease.LookupRequest{Namespace: "ns", ManagerNonce: 7, LSN: first.LSN}, t0)
+	if !behind.Snapshot || behind.LSN != lsn {
+		t.Errorf("a lookup behind got %+v, want a snapshot at LSN %d", behind, lsn)
+	}
+	same, _ := m.Lookup(lease.LookupRequest{Namespace: "ns", ManagerNonce: 7, LSN: lsn}, t0)
+	if same.Snapshot || len(same.Changes) != 0 {
+		t.Errorf("an up-to-date lookup got %+v", same)
+	}
+	// The replicated state folds the same commits: LSN on, no log.
+	for _, c := range commits {
+		if err := st.Apply(c, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st.LSN != lsn || len(st.Log) != 0 {
+		t.Errorf("state at LSN %d with %d logged changes, want %d and none", st.LSN, len(st.Log), lsn)
 	}
 }
 

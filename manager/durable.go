@@ -88,7 +88,8 @@ func NewNamespaceState(nc NamespaceConfig, c Config) (NamespaceState, error) {
 }
 
 // Apply folds a commit into the state. It is deterministic and reads no
-// clock: the retention is measured against c.At, the leader's time. It
+// clock: the retention is measured against c.At, the leader's time, and a
+// retention of 0 keeps no change in Log (see Config.LogRetention). It
 // costs what the commit changes: O(changes · log entries) for the view
 // (lease.View shares what did not change, so a view handed out before is
 // never modified), O(owners) when the owner records changed.
@@ -98,9 +99,11 @@ func (s *NamespaceState) Apply(c Commit, retention time.Duration) error {
 	}
 	if len(c.Changes) > 0 {
 		s.Entries = s.Entries.With(c.Changes)
-		for _, ch := range c.Changes {
-			s.LSN = ch.LSN
-			s.Log = append(s.Log, LoggedChange{Change: ch, At: c.At})
+		s.LSN = c.Changes[len(c.Changes)-1].LSN
+		if retention > 0 {
+			for _, ch := range c.Changes {
+				s.Log = append(s.Log, LoggedChange{Change: ch, At: c.At})
+			}
 		}
 	}
 	k := 0
@@ -318,8 +321,10 @@ func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, erro
 		n.viewArcs = n.view.Len()
 		n.membersChanged = true
 		n.log.lsn = st.LSN
-		for _, lc := range st.Log {
-			n.log.entries = append(n.log.entries, logEntry{c: lc.Change, at: lc.At})
+		if n.log.keep > 0 {
+			for _, lc := range st.Log {
+				n.log.entries = append(n.log.entries, logEntry{c: lc.Change, at: lc.At})
+			}
 		}
 		m.ns[nc.Name] = n
 	}

@@ -227,7 +227,7 @@ func newNamespace(m *Manager, nc NamespaceConfig, now time.Time) *namespace {
 	n.oneArc = true
 	n.view = ring.NewTable(viewVal{Gen: 1})
 	n.viewArcs = 1
-	n.log.init(now)
+	n.log.init(n.m.cfg.LogRetention)
 	return n
 }
 

@@ -54,7 +54,7 @@ func (n *namespace) step(now time.Time) Output {
 		}
 	}
 	n.boundView()
-	n.log.truncate(now, n.m.cfg.LogRetention)
+	n.log.truncate(now)
 	out.Events, n.events, n.eventIdx = n.events, nil, nil
 	return out
 }
@@ -625,7 +625,7 @@ func (n *namespace) nextDeadline() time.Time {
 	if at, ok := n.deadlines.next(); ok {
 		d = time.Unix(0, at)
 	}
-	if t := n.log.nextTruncation(n.m.cfg.LogRetention); !t.IsZero() && (d.IsZero() || t.Before(d)) {
+	if t := n.log.nextTruncation(); !t.IsZero() && (d.IsZero() || t.Before(d)) {
 		d = t
 	}
 	return d

@@ -218,9 +218,11 @@ func (nc Commit) Push(managerNonce uint64) lease.LookupResponse {
 	}
 }
 
-// changeLog is the namespace's log of view changes, truncated by age.
+// changeLog is the namespace's log of view changes, truncated by age. With
+// keep 0 it holds none and only numbers them.
 type changeLog struct {
 	lsn     uint64 // last LSN assigned
+	keep    time.Duration
 	entries []logEntry
 }
 
@@ -229,12 +231,14 @@ type logEntry struct {
 	at time.Time
 }
 
-func (l *changeLog) init(time.Time) {}
+func (l *changeLog) init(keep time.Duration) { l.keep = keep }
 
 func (l *changeLog) append(c lease.Change, now time.Time) lease.Change {
 	l.lsn++
 	c.LSN = l.lsn
-	l.entries = append(l.entries, logEntry{c: c, at: now})
+	if l.keep > 0 {
+		l.entries = append(l.entries, logEntry{c: c, at: now})
+	}
 	return c
 }
 
@@ -256,9 +260,9 @@ func (l *changeLog) since(lsn uint64) ([]lease.Change, bool) {
 	return out, true
 }
 
-func (l *changeLog) truncate(now time.Time, keep time.Duration) {
+func (l *changeLog) truncate(now time.Time) {
 	k := 0
-	for k < len(l.entries) && now.Sub(l.entries[k].at) >= keep {
+	for k < len(l.entries) && now.Sub(l.entries[k].at) >= l.keep {
 		k++
 	}
 	if k > 0 {
@@ -266,11 +270,11 @@ func (l *changeLog) truncate(now time.Time, keep time.Duration) {
 	}
 }
 
-func (l *changeLog) nextTruncation(keep time.Duration) time.Time {
+func (l *changeLog) nextTruncation() time.Time {
 	if len(l.entries) == 0 {
 		return time.Time{}
 	}
-	return l.entries[0].at.Add(keep)
+	return l.entries[0].at.Add(l.keep)
 }
 
 var debugPublish = false

@@ -159,9 +159,15 @@ func settings() []setting {
 				c.ClockRate = r
 				return nil
 			}},
-		{flag: "log-retention", env: "FUGE_LOG_RETENTION", key: "log_retention", arg: "DURATION", def: "5m",
-			usage: "how long the replicated change log keeps a change (for the lease core's PRS lookup\n\tprotocol; Lookups over xDS resume from their block versions and do not read it)",
-			set:   func(c *Config, v string) error { return duration(&c.Server.LogRetention, v) }},
+		{flag: "log-retention", env: "FUGE_LOG_RETENTION", key: "log_retention", arg: "DURATION", def: "0",
+			usage: "how long the replicated change log keeps a change; 0 keeps none. Nothing in\n\tfuge-manager reads it: Lookups over xDS resume from their block versions",
+			set: func(c *Config, v string) error {
+				if v == "0" {
+					c.Server.LogRetention = 0
+					return nil
+				}
+				return duration(&c.Server.LogRetention, v)
+			}},
 		{flag: "heartbeat-interval", env: "FUGE_HEARTBEAT_INTERVAL", key: "heartbeat_interval", arg: "DURATION", def: "lease-duration/6",
 			usage: "how often the leader tells lookups it is alive; under lease-duration",
 			set:   func(c *Config, v string) error { return duration(&c.Server.HeartbeatInterval, v) }},

@@ -48,7 +48,7 @@ func TestDefaults(t *testing.T) {
 	s := got.Server
 	if s.NodeID != "node1" || s.DataDir != "./fuge-data" || s.RaftAddr != "127.0.0.1:7400" ||
 		s.GRPCAddr != "127.0.0.1:7401" || s.HTTPAddr != "127.0.0.1:7402" || s.Join != "" ||
-		s.LeaseDuration != 8*time.Second || s.LogRetention != 5*time.Minute {
+		s.LeaseDuration != 8*time.Second || s.LogRetention != 0 {
 		t.Errorf("Load().Server = %+v, not the documented defaults", s)
 	}
 }
