@@ -161,13 +161,7 @@ func settings() []setting {
 			}},
 		{flag: "log-retention", env: "FUGE_LOG_RETENTION", key: "log_retention", arg: "DURATION", def: "0",
 			usage: "how long the replicated change log keeps a change; 0 keeps none. Nothing in\n\tfuge-manager reads it: Lookups over xDS resume from their block versions",
-			set: func(c *Config, v string) error {
-				if v == "0" {
-					c.Server.LogRetention = 0
-					return nil
-				}
-				return duration(&c.Server.LogRetention, v)
-			}},
+			set:   func(c *Config, v string) error { return nonNegativeDuration(&c.Server.LogRetention, v) }},
 		{flag: "heartbeat-interval", env: "FUGE_HEARTBEAT_INTERVAL", key: "heartbeat_interval", arg: "DURATION", def: "lease-duration/6",
 			usage: "how often the leader tells lookups it is alive; under lease-duration",
 			set:   func(c *Config, v string) error { return duration(&c.Server.HeartbeatInterval, v) }},
@@ -382,6 +376,23 @@ func duration(dst *time.Duration, v string) error {
 	}
 	if d <= 0 {
 		return fmt.Errorf("must be positive, not %v", d)
+	}
+	*dst = d
+	return nil
+}
+
+// nonNegativeDuration is duration with 0 (or 0s) allowed.
+func nonNegativeDuration(dst *time.Duration, v string) error {
+	if v == "0" {
+		*dst = 0
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return errors.New("not a duration (want e.g. 0, 500ms, 30s, 5m)")
+	}
+	if d < 0 {
+		return fmt.Errorf("must not be negative, not %v", d)
 	}
 	*dst = d
 	return nil

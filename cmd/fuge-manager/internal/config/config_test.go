@@ -53,6 +53,27 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// TestLogRetentionZero: 0 and 0s both keep no change log (the default);
+// a positive duration is kept as given.
+func TestLogRetentionZero(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{[]string{"--log-retention", "0"}, 0},
+		{[]string{"--log-retention", "0s"}, 0},
+		{[]string{"--log-retention", "90s"}, 90 * time.Second},
+	} {
+		got, err := Load(c.args, env(nil))
+		if err != nil {
+			t.Fatalf("Load(%q) = %v", c.args, err)
+		}
+		if got.Server.LogRetention != c.want {
+			t.Errorf("Load(%q): LogRetention %v, want %v", c.args, got.Server.LogRetention, c.want)
+		}
+	}
+}
+
 // TestPrecedence sets each key in several layers and checks that the
 // highest layer wins: flags > env > file > defaults.
 func TestPrecedence(t *testing.T) {
@@ -189,7 +210,9 @@ func TestErrors(t *testing.T) {
 		{name: "bad flag duration", args: []string{"--lease-duration", "sixty"},
 			want: []string{"--lease-duration", `"sixty"`, "not a duration"}},
 		{name: "negative flag duration", args: []string{"--log-retention=-1s"},
-			want: []string{"--log-retention", "must be positive"}},
+			want: []string{"--log-retention", "must not be negative", "-1s"}},
+		{name: "negative lease duration", args: []string{"--lease-duration=-1s"},
+			want: []string{"--lease-duration", "must be positive"}},
 		{name: "zero heartbeat", args: []string{"--heartbeat-interval=0s"},
 			want: []string{"--heartbeat-interval", "must be positive"}},
 		{name: "bad env duration", env: map[string]string{"FUGE_HEARTBEAT_INTERVAL": "5"},
