@@ -54,7 +54,7 @@ func tryServing(c *cluster, nd *node) error {
 		return err
 	}
 	// It ends when the node is killed.
-	go s.RunStandbyHeartbeats(context.Background(), nd.lt.Namespaces, nd.lt.Heartbeat)
+	go s.RunStandbyHeartbeats(context.Background(), nd.lt.Namespaces, nd.lt.Heartbeat, nd.lt.ChangedWithin)
 	c.mu.Lock()
 	nd.srv = s
 	c.mu.Unlock()

@@ -413,3 +413,33 @@ func TestConfirmationsLeaveLittleToCompact(t *testing.T) {
 		}
 	}
 }
+
+func TestHeartbeatNow(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		every time.Duration
+		first bool // no heartbeat yet
+		after time.Duration
+		busy  bool
+		want  bool
+	}{
+		{"not due", 2 * time.Second, false, 2*time.Second - time.Millisecond, false, false},
+		{"not due, busy", 2 * time.Second, false, 2*time.Second - time.Millisecond, true, false},
+		{"due", 2 * time.Second, false, 2 * time.Second, false, true},
+		{"due, busy: waits", 2 * time.Second, false, 2 * time.Second, true, false},
+		{"busy, under a quarter late: waits", 2 * time.Second, false, 2*time.Second + 499*time.Millisecond, true, false},
+		{"busy, a quarter late: goes", 2 * time.Second, false, 2*time.Second + 500*time.Millisecond, true, true},
+		{"long interval, busy, 999ms late: waits", 10 * time.Second, false, 10*time.Second + 999*time.Millisecond, true, false},
+		{"long interval, busy, a second late: goes", 10 * time.Second, false, 11 * time.Second, true, true},
+		{"the first, busy: goes", 2 * time.Second, true, 0, true, true},
+	} {
+		last := t0
+		now := t0.Add(c.after)
+		if c.first {
+			last = time.Time{}
+		}
+		if got := heartbeatNow(now, last, c.every, c.busy); got != c.want {
+			t.Errorf("%s: heartbeatNow = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

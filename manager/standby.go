@@ -209,9 +209,18 @@ func (s *Server) loopPeers(ch <-chan raft.Observation) {
 // A heartbeat due while the standby is out of contact is sent as soon as
 // contact is back, checked every tenth of the interval, rather than a whole
 // interval later: a Lookup abandons a stream silent for its StreamTimeout.
-func (s *Server) RunStandbyHeartbeats(ctx context.Context, namespaces func() []string, heartbeat func(ns string)) {
+//
+// A heartbeat due while a table change may still be going out to the
+// Lookups (busy reports a view of the namespace published within the last
+// tenth of the interval; nil: never) waits, by at most a quarter of the
+// interval and a second (heartbeatNow). At ten times PRS's scale a standby heartbeats
+// 10,000 Lookups at once, about a fifth of a second of its CPU and as
+// much of theirs, and a change that met both standbys' heartbeats took
+// 1.3-1.9 s to reach every Lookup instead of 0.5-0.9 s.
+func (s *Server) RunStandbyHeartbeats(ctx context.Context, namespaces func() []string, heartbeat func(ns string), busy func(ns string, within time.Duration) bool) {
 	every := s.cfg.HeartbeatInterval
-	t := time.NewTicker(max(every/10, time.Millisecond))
+	tick := max(every/10, time.Millisecond)
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	var last time.Time
 	for {
@@ -224,10 +233,35 @@ func (s *Server) RunStandbyHeartbeats(ctx context.Context, namespaces func() []s
 			if now.Sub(last) < every || s.IsLeader() || !s.ServesLookups() {
 				continue
 			}
+			nss := namespaces()
+			b := busy != nil && slices.ContainsFunc(nss, func(ns string) bool { return busy(ns, tick) })
+			if !heartbeatNow(now, last, every, b) {
+				continue
+			}
 			last = now
-			for _, ns := range namespaces() {
+			for _, ns := range nss {
 				heartbeat(ns)
 			}
 		}
 	}
 }
+
+// heartbeatNow reports whether a standby's heartbeat goes out at now, the
+// last one having gone at last (zero: none yet): once every interval, but
+// put off while busy, by at most maxHeartbeatDelay.
+func heartbeatNow(now, last time.Time, every time.Duration, busy bool) bool {
+	since := now.Sub(last)
+	switch {
+	case since < every:
+		return false
+	case last.IsZero():
+		return true
+	}
+	return !busy || since >= every+maxHeartbeatDelay(every)
+}
+
+// maxHeartbeatDelay is how long a heartbeat may wait for a table change
+// to go out: a quarter of the interval, and not over a second, so that a
+// Lookup whose StreamTimeout is set close to the interval is not left
+// silent much longer than it would be by a slow network.
+func maxHeartbeatDelay(every time.Duration) time.Duration { return min(every/4, time.Second) }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -29,7 +31,7 @@ func TestStandbyServesLookups(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
 	beats := func(s interface {
-		RunStandbyHeartbeats(context.Context, func() []string, func(string))
+		RunStandbyHeartbeats(context.Context, func() []string, func(string), func(string, time.Duration) bool)
 	}) chan string {
 		ch := make(chan string, 64)
 		go s.RunStandbyHeartbeats(ctx, func() []string { return []string{"ns"} }, func(ns string) {
@@ -37,7 +39,7 @@ func TestStandbyServesLookups(t *testing.T) {
 			case ch <- ns:
 			default:
 			}
-		})
+		}, nil)
 		return ch
 	}
 	fromA, fromB := beats(a), beats(b)
@@ -61,6 +63,32 @@ func TestStandbyServesLookups(t *testing.T) {
 	case <-fromA:
 		t.Error("the leader's standby loop heartbeats")
 	default:
+	}
+	// A standby that is always busy with a table change still heartbeats:
+	// each heartbeat waits a quarter of the interval at most.
+	var asked atomic.Int64
+	busyBeats := make(chan string, 64)
+	go b.RunStandbyHeartbeats(ctx, func() []string { return []string{"ns"} }, func(ns string) {
+		select {
+		case busyBeats <- ns:
+		default:
+		}
+	}, func(ns string, within time.Duration) bool {
+		if ns != "ns" || within <= 0 {
+			t.Errorf("busy(%q, %v)", ns, within)
+		}
+		asked.Add(1)
+		return true
+	})
+	for range 3 {
+		select {
+		case <-busyBeats:
+		case <-ctx.Done():
+			t.Fatal("a standby busy with changes stopped heartbeating")
+		}
+	}
+	if asked.Load() == 0 {
+		t.Error("the heartbeat loop never asked whether a change was going out")
 	}
 }
 

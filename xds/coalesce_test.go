@@ -307,3 +307,32 @@ func TestSharedResources(t *testing.T) {
 		}
 	}
 }
+
+// TestChangedWithin: a published view counts as a change for the given
+// time after it, by the table's clock; a heartbeat does not.
+func TestChangedWithin(t *testing.T) {
+	fc := newFakeClock()
+	lt := newLeaseTable(LeaseTableConfig{}, fc)
+	if lt.ChangedWithin("ns", time.Hour) {
+		t.Error("a namespace without a view changed")
+	}
+	lt.NamespaceView("ns", fourArcs(), 1)
+	if !lt.ChangedWithin("ns", 10*time.Millisecond) {
+		t.Error("a view just published is not a change within 10ms")
+	}
+	fc.Advance(10 * time.Millisecond)
+	if lt.ChangedWithin("ns", 10*time.Millisecond) {
+		t.Error("a view published 10ms ago is a change within 10ms")
+	}
+	lt.Heartbeat("ns")
+	if lt.ChangedWithin("ns", 10*time.Millisecond) {
+		t.Error("a heartbeat counted as a change")
+	}
+	lt.NamespaceView("ns", withOwner(fourArcs(), 1, "x", 9), 2)
+	if !lt.ChangedWithin("ns", time.Millisecond) {
+		t.Error("the second view is not a change")
+	}
+	if lt.ChangedWithin("other", time.Hour) {
+		t.Error("another namespace changed")
+	}
+}

@@ -227,7 +227,12 @@
 // by at most raft's heartbeat timeout and the time to apply what was
 // committed. A Lookup served by a standby that loses contact hears nothing
 // more, abandons the stream after its StreamTimeout and reconnects to
-// another node, within its staleness bound.
+// another node, within its staleness bound. A standby's heartbeat that
+// falls due while a table change may still be going out to its Lookups
+// (LeaseTable.ChangedWithin: a view published within the last tenth of the
+// interval) waits, by at most a quarter of the interval and a second: a
+// heartbeat to every stream costs the node and its Lookups about as much
+// as the change does.
 //
 // A Lookup learns the LSN a node serves at from each ArcBlock response's
 // system_version_info (the LSN of the last view the node published). When

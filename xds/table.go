@@ -154,8 +154,9 @@ type space struct {
 	// ringSize is R as the namespace's ring view tells it (0 until one
 	// has): what bits follow (wire.BlockBits).
 	ringSize int
-	lsn      uint64 // the LSN of the last published view
-	seq      uint64 // heartbeat sequence number
+	lsn      uint64    // the LSN of the last published view
+	seq      uint64    // heartbeat sequence number
+	viewAt   time.Time // when a view was last published
 	caches   map[string]*typeCache
 	// ringLive is set once a ring has been published since the namespace
 	// was created or deleted; envoy holds each Envoy resource as last
@@ -323,6 +324,9 @@ func (t *LeaseTable) flushLocked(ns string, sp *space) {
 		return
 	}
 	sp.flushed = t.clock.Now()
+	if v != nil {
+		sp.viewAt = sp.flushed
+	}
 	switch {
 	case v != nil && v.lv != nil && !v.all && sp.live && v.lsn > sp.lsn && sp.bits == sp.bitsFor(v.lv.Len()) && !sp.whole():
 		t.publishSpansLocked(ns, sp, v)
@@ -488,6 +492,15 @@ func (t *LeaseTable) Heartbeat(ns string) {
 		return
 	}
 	sp.caches[HeartbeatTypeURL].update(v, map[string]*resource{name: r}, nil)
+}
+
+// ChangedWithin reports whether a view of ns was published within d of
+// now: a table change may still be going out to its Lookups.
+func (t *LeaseTable) ChangedWithin(ns string, d time.Duration) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	sp := t.spaces[ns]
+	return sp != nil && !sp.viewAt.IsZero() && t.clock.Now().Sub(sp.viewAt) < d
 }
 
 // Namespaces lists the namespaces with a view, sorted: what a standby

@@ -111,7 +111,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Error("start failed", "err", err)
 		return 1 // exiting releases whatever Start had opened
 	}
-	go server.RunStandbyHeartbeats(ctx, lt.Namespaces, lt.Heartbeat)
+	go server.RunStandbyHeartbeats(ctx, lt.Namespaces, lt.Heartbeat, lt.ChangedWithin)
 	raftAddr, grpcAddr, httpAddr := server.Addrs()
 	fmt.Fprintf(stdout, "fuge-manager %s: raft %s, grpc %s, http %s\n", cfg.NodeID, raftAddr, grpcAddr, httpAddr)
 
