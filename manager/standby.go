@@ -213,10 +213,10 @@ func (s *Server) loopPeers(ch <-chan raft.Observation) {
 // A heartbeat due while a table change may still be going out to the
 // Lookups (busy reports a view of the namespace published within the last
 // tenth of the interval; nil: never) waits, by at most a quarter of the
-// interval and a second (heartbeatNow). At ten times PRS's scale a standby heartbeats
-// 10,000 Lookups at once, about a fifth of a second of its CPU and as
-// much of theirs, and a change that met both standbys' heartbeats took
-// 1.3-1.9 s to reach every Lookup instead of 0.5-0.9 s.
+// interval and a second (heartbeatNow). At ten times PRS's scale a standby
+// heartbeats 10,000 Lookups at once, about a fifth of a second of its CPU
+// and as much of theirs, and a change that met both standbys' heartbeats
+// took 1.3-1.9 s to reach every Lookup instead of 0.5-0.9 s.
 func (s *Server) RunStandbyHeartbeats(ctx context.Context, namespaces func() []string, heartbeat func(ns string), busy func(ns string, within time.Duration) bool) {
 	every := s.cfg.HeartbeatInterval
 	tick := max(every/10, time.Millisecond)

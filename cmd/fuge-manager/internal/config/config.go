@@ -369,30 +369,21 @@ func boolean(dst *bool, v string) error {
 	return nil
 }
 
-func duration(dst *time.Duration, v string) error {
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return errors.New("not a duration (want e.g. 500ms, 30s, 5m)")
-	}
-	if d <= 0 {
-		return fmt.Errorf("must be positive, not %v", d)
-	}
-	*dst = d
-	return nil
-}
+// duration parses a positive duration into dst.
+func duration(dst *time.Duration, v string) error { return parseDuration(dst, v, false) }
 
-// nonNegativeDuration is duration with 0 (or 0s) allowed.
-func nonNegativeDuration(dst *time.Duration, v string) error {
-	if v == "0" {
-		*dst = 0
-		return nil
-	}
+// nonNegativeDuration is duration with 0 allowed.
+func nonNegativeDuration(dst *time.Duration, v string) error { return parseDuration(dst, v, true) }
+
+func parseDuration(dst *time.Duration, v string, zero bool) error {
 	d, err := time.ParseDuration(v)
-	if err != nil {
-		return errors.New("not a duration (want e.g. 0, 500ms, 30s, 5m)")
-	}
-	if d < 0 {
+	switch {
+	case err != nil:
+		return errors.New("not a duration (want e.g. 500ms, 30s, 5m)")
+	case d < 0 && zero:
 		return fmt.Errorf("must not be negative, not %v", d)
+	case d <= 0 && !zero:
+		return fmt.Errorf("must be positive, not %v", d)
 	}
 	*dst = d
 	return nil
