@@ -124,21 +124,21 @@ func spliceBlocks(table *chunked, bits uint32, blocks []uint32, arcsOf func(b ui
 	// when none does). Blocks ascend, so these spans do; overlapping or
 	// adjacent ones are rebuilt together, as one segment.
 	type segment struct {
-		c0, c1 int
-		blocks []uint32
+		c0, c1 int // chunks
+		b0, b1 int // blocks[b0:b1]
 	}
 	var segs []segment
-	for _, b := range blocks {
+	for k, b := range blocks {
 		lo := uint64(b) << shift
 		hi := lo | (1<<shift - 1)
 		c0 := min(table.chunkAtOrAfter(lo), last)
 		c1 := min(table.chunkAtOrAfter(hi), last)
-		if k := len(segs) - 1; k >= 0 && c0 <= segs[k].c1+1 {
-			segs[k].c1 = max(segs[k].c1, c1)
-			segs[k].blocks = append(segs[k].blocks, b)
+		if n := len(segs) - 1; n >= 0 && c0 <= segs[n].c1+1 {
+			segs[n].c1 = max(segs[n].c1, c1)
+			segs[n].b1 = k + 1
 			continue
 		}
-		segs = append(segs, segment{c0: c0, c1: c1, blocks: []uint32{b}})
+		segs = append(segs, segment{c0: c0, c1: c1, b0: k, b1: k + 1})
 	}
 	k := len(table.chunks) + len(blocks)
 	out := &chunked{size: table.size, chunks: make([][]lease.Entry, 0, k), lasts: make([]uint64, 0, k), starts: make([]int, 0, k)}
@@ -149,47 +149,40 @@ func spliceBlocks(table *chunked, bits uint32, blocks []uint32, arcsOf func(b ui
 		for ; next < sg.c0; next++ {
 			out.add(table.chunks[next])
 		}
-		flat := make([]lease.Entry, 0, table.starts[sg.c1]+len(table.chunks[sg.c1])-table.starts[sg.c0])
+		next = sg.c1 + 1
+		// The segment's arcs before, read in place from its chunks (a
+		// copy of them into one slice first was a third of a push's cost
+		// at R = 65536).
+		old := segmentArcs{chunks: table.chunks[sg.c0 : sg.c1+1]}
 		grow := 0
-		for c := sg.c0; c <= sg.c1; c++ {
-			flat = append(flat, table.chunks[c]...)
-		}
-		for _, b := range sg.blocks {
+		for _, b := range blocks[sg.b0:sg.b1] {
 			grow += len(arcsOf(b))
 		}
-		next = sg.c1 + 1
-		spliced := make([]lease.Entry, 0, len(flat)+grow)
-		pos := 0
-		for _, b := range sg.blocks {
+		spliced := make([]lease.Entry, 0, table.starts[sg.c1]+len(table.chunks[sg.c1])-table.starts[sg.c0]+grow)
+		for _, b := range blocks[sg.b0:sg.b1] {
 			lo := uint64(b) << shift
-			i := pos
-			for i < len(flat) && flat[i].Range.End < lo {
-				i++
-			}
-			j := i
-			for j < len(flat) && wire.BlockOf(flat[j].Range.End, bits) == b {
-				j++
-			}
-			spliced = append(spliced, flat[pos:i]...)
+			// Keep the arcs before the block's, then pass over its own.
+			spliced = old.appendWhile(spliced, func(e *lease.Entry) bool { return e.Range.End < lo })
 			start := out.n + len(spliced)
 			// Only the arcs that differ from the block's arcs before are
 			// changes: a block carries all its arcs (about 4) when one of
 			// them changed, and applying the others again changed nothing.
-			was := flat[i:j]
 			for _, e := range arcsOf(b) {
 				spliced = append(spliced, e)
-				for len(was) > 0 && was[0].Range.End < e.Range.End {
-					was = was[1:]
+				for w := old.peek(); w != nil && w.Range.End < e.Range.End && wire.BlockOf(w.Range.End, bits) == b; w = old.peek() {
+					old.skip()
 				}
-				if len(was) > 0 && was[0] == e {
+				if w := old.peek(); w != nil && wire.BlockOf(w.Range.End, bits) == b && *w == e {
 					continue
 				}
 				changes = append(changes, lease.Change{Entry: e})
 			}
+			for w := old.peek(); w != nil && wire.BlockOf(w.Range.End, bits) == b; w = old.peek() {
+				old.skip()
+			}
 			runs = append(runs, [2]int{start, out.n + len(spliced)})
-			pos = j
 		}
-		spliced = append(spliced, flat[pos:]...)
+		spliced = old.appendWhile(spliced, func(*lease.Entry) bool { return true })
 		for len(spliced) > 0 {
 			k := min(len(spliced), out.size)
 			out.add(spliced[:k:k])
@@ -213,4 +206,44 @@ func spliceBlocks(table *chunked, bits uint32, blocks []uint32, arcsOf func(b ui
 		}
 	}
 	return out, changes, nil
+}
+
+// segmentArcs reads a run of chunks' arcs in order, in place.
+type segmentArcs struct {
+	chunks [][]lease.Entry
+	c, k   int // the next arc is chunks[c][k]
+}
+
+// peek is the next arc, nil at the end.
+func (a *segmentArcs) peek() *lease.Entry {
+	if a.c == len(a.chunks) {
+		return nil
+	}
+	return &a.chunks[a.c][a.k]
+}
+
+// skip passes over the next arc.
+func (a *segmentArcs) skip() {
+	if a.k++; a.k == len(a.chunks[a.c]) {
+		a.c, a.k = a.c+1, 0
+	}
+}
+
+// appendWhile appends to dst the next arcs for which keep holds, in runs
+// copied a chunk at a time, and passes over them.
+func (a *segmentArcs) appendWhile(dst []lease.Entry, keep func(*lease.Entry) bool) []lease.Entry {
+	for a.c < len(a.chunks) {
+		ch := a.chunks[a.c]
+		j := a.k
+		for j < len(ch) && keep(&ch[j]) {
+			j++
+		}
+		dst = append(dst, ch[a.k:j]...)
+		if j < len(ch) {
+			a.k = j
+			return dst
+		}
+		a.c, a.k = a.c+1, 0
+	}
+	return dst
 }
