@@ -237,7 +237,7 @@ type OwnerStats struct {
 	Redirects  uint64 // "fuge-leader" trailers followed
 	Sessions   uint64 // streams on which a manager accepted the session
 	Stalls     uint64 // streams abandoned after ResponseTimeout
-	Requests   uint64 // requests written to a stream
+	Requests   uint64 // requests handed to a stream (counted before the send)
 	Responses  uint64 // responses received from a stream
 	Malformed  uint64 // responses that failed to decode (dropped)
 	Unsent     uint64 // requests the core made while no stream was open

@@ -131,12 +131,13 @@ func (st *stream) write(c grpc.BidiStreamingClient[fugev1.LeaseRequest, fugev1.L
 		st.next = nil
 		st.mu.Unlock()
 		if req != nil {
-			// Before Send: the answer may be read before Send returns.
+			// Before Send: the answer may be read, and Stats taken,
+			// before Send returns.
 			o.waiting.CompareAndSwap(0, o.nowNano())
+			o.requests.Add(1)
 			if err := c.Send(req); err != nil {
 				return // the reader learns the stream's status from Recv
 			}
-			o.requests.Add(1)
 		}
 		if closing {
 			c.CloseSend()
