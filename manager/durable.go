@@ -295,7 +295,7 @@ func Restore(cfg Config, states []NamespaceState, now time.Time) (*Manager, erro
 		n.oneArc = n.table.Len() == 1
 		n.table.Each(func(r ring.Range, a arc) {
 			if s := n.holderOf(a); s != nil {
-				s.mine.Set(r, true)
+				s.mine.Set(r, mineOf(a))
 			}
 		})
 		for _, s := range n.sessions {

@@ -520,7 +520,7 @@ func (n *namespace) message(s *session, now int64) lease.LeaseResponse {
 	if until := s.lastRecv.Add(n.hold).UnixNano(); until > s.until {
 		s.until = until
 	}
-	if s.msgVersion != s.version+1 {
+	if s.msgVersion != s.version+1 && !n.messageFromIndex(s) {
 		var renew, grant []lease.Lease
 		var out, in []lease.Migration
 		var recalls []ring.Range
@@ -572,6 +572,42 @@ func (n *namespace) message(s *session, now int64) lease.LeaseResponse {
 		s.awaitUntil, s.awaitQueued = now+int64(n.awaitWait()), false
 	}
 	return resp
+}
+
+// messageFromIndex builds s's message cache (renewals, grants, recalls)
+// from its index alone, as message's walk of the table would, and reports
+// whether it could: it cannot where an arc may be named by a migration
+// order, and then changes nothing.
+func (n *namespace) messageFromIndex(s *session) bool {
+	s.flush()
+	var renew, grant []lease.Lease
+	var recalls []ring.Range
+	mig := false
+	s.mine.Each(func(r ring.Range, v mineArc) {
+		switch {
+		case mig || v.st == Free:
+		case v.mig:
+			mig = true
+		case v.st != Granted:
+			if k := len(recalls) - 1; k >= 0 && recalls[k].End == r.Start {
+				recalls[k].End = r.End
+			} else {
+				recalls = append(recalls, r)
+			}
+		case v.confirmed:
+			renew = append(renew, lease.Lease{Range: r, Gen: v.gen})
+		default:
+			grant = append(grant, lease.Lease{Range: r, Gen: v.gen})
+		}
+	})
+	if mig {
+		return false
+	}
+	s.renew, s.grant = canonLeases(renew), canonLeases(grant)
+	s.out, s.in = nil, nil
+	s.recalls = recalls
+	s.msgVersion = s.version + 1
+	return true
 }
 
 // canonLeases puts disjoint leases in the canonical order an owner keeps

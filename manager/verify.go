@@ -59,15 +59,15 @@ func (n *namespace) verify() error {
 		if s.waiting {
 			waiting++
 		}
-		want := ring.NewTable(false)
-		var sets []ring.Assignment[bool]
+		want := ring.NewTable(mineArc{})
+		var sets []ring.Assignment[mineArc]
 		// A grant not yet sent (the message waits for s's answer to the
 		// last one, deferMessage) is not held by s: its expiry is
 		// scheduled when the message goes out, which must be pending.
 		granted, unsent := false, false
 		n.table.Each(func(r ring.Range, a arc) {
 			if a.holder == name && a.st != Free && !a.orphan {
-				sets = append(sets, ring.Assignment[bool]{Range: r, Value: true})
+				sets = append(sets, ring.Assignment[mineArc]{Range: r, Value: mineOf(a)})
 				if s.unsent(a) {
 					unsent = true
 				} else {
