@@ -281,7 +281,7 @@ func (n *namespace) set(i int, a arc) {
 	if os != nil {
 		os.version++
 		if os != ns {
-			os.pending = append(os.pending, ring.Assignment[mineArc]{Range: r})
+			os.note(ring.Assignment[mineArc]{Range: r})
 		}
 	}
 	if ns == nil {
@@ -291,7 +291,7 @@ func (n *namespace) set(i int, a arc) {
 		ns.version++
 	}
 	if m := mineOf(a); ns != os || m != mineOf(old) {
-		ns.pending = append(ns.pending, ring.Assignment[mineArc]{Range: r, Value: m})
+		ns.note(ring.Assignment[mineArc]{Range: r, Value: m})
 	}
 }
 
@@ -318,14 +318,31 @@ func mineOf(a arc) mineArc {
 		mig: a.st == Recalling && a.to != "" || a.st == Granted && !a.confirmed && a.clean && a.src != ""}
 }
 
-// flush applies s's pending index updates.
+// note queues an update to s's index. A session whose messages are brought
+// forward (confirmsMessage) is not read for long, and each confirmation is
+// an update: past twice the index's size plus a margin, the updates are
+// applied, so that what waits stays in proportion to what s holds.
+func (s *session) note(u ring.Assignment[mineArc]) {
+	s.pending = append(s.pending, u)
+	if len(s.pending) > 2*s.mine.Len()+64 {
+		s.flush()
+	}
+}
+
+// flush applies s's pending index updates. A large buffer is let go: a
+// join storm's updates would otherwise stay allocated for each of
+// thousands of sessions (12 MB at ten times PRS's owners, R = 65536).
 func (s *session) flush() {
 	if len(s.pending) == 0 {
 		return
 	}
 	s.mine.SetAll(s.pending)
 	s.mine.Compact()
-	s.pending = s.pending[:0]
+	if cap(s.pending) > 256 {
+		s.pending = nil
+	} else {
+		s.pending = s.pending[:0]
+	}
 }
 
 // arcsOf calls fn with the index of every arc that s holds (Granted or
@@ -522,7 +539,7 @@ func (n *namespace) replace(old, s *session) {
 			n.table.SetValue(i, a)
 			n.touched = append(n.touched, r) // its address may change
 			n.uncompacted = append(n.uncompacted, r)
-			s.pending = append(s.pending, ring.Assignment[mineArc]{Range: r, Value: mineOf(a)})
+			s.note(ring.Assignment[mineArc]{Range: r, Value: mineOf(a)})
 			s.version++
 			return
 		}
