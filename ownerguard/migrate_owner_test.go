@@ -314,7 +314,7 @@ func TestMigrationCloseHandsOver(t *testing.T) {
 		}
 	}
 	if moved != n || n == 0 {
-		t.Errorf("%d of a's %d keys reached b", moved, n)
+		t.Errorf("%d of a's %d keys reached b; b's migration counters %+v, before the handover %+v", moved, n, p.b.Stats().Migration, p.importsBefore)
 	}
 	if l := p.losses.Load(); l != 0 {
 		t.Errorf("%d loss notifications after a handover", l)
