@@ -118,8 +118,8 @@ func (n *namespace) grantArc(a arc, want string, g lease.Gen) arc {
 // owner) or a granted, not yet confirmed import (fetch from the old
 // owner). Called for s's arcs in ring order (arcsOf), adjacent ranges with
 // the same peer and generation merge; closeMigrations finishes the lists.
-// message calls it in the same walk of s's arcs as its leases, one walk
-// where two cost a large pool's leader a binary search per arc twice.
+// message walks s's arcs for it only when s's index marks one that may
+// be named (mineArc.mig); its leases come from the index.
 func (n *namespace) migrationOrder(i int, out, in []lease.Migration) ([]lease.Migration, []lease.Migration) {
 	a := n.table.Value(i)
 	switch {

@@ -296,19 +296,15 @@ func (n *namespace) set(i int, a arc) {
 }
 
 // mineArc is what a session's index (session.mine) records of an arc the
-// session holds: what its message lists the arc as, so that a message is
-// built from the index alone, its runs in order, instead of a binary search
-// and a read of the table per arc (at R = 65536 the 131 owners a join
-// recalls from hold about 131 arcs each, and rebuilding their messages
-// that way was most of the join's step). The zero value (Free) is an arc
-// it does not hold.
+// session holds: what its message lists the arc as (leasesFromIndex). The
+// zero value (Free) is an arc it does not hold.
 type mineArc struct {
 	gen       lease.Gen
 	st        State
 	confirmed bool
 	// mig: the arc may be named by a migration order (an export of a
 	// Recalling arc, an import not yet confirmed), which needs more of
-	// the arc and its peer's session: message reads the table then.
+	// the arc and its peer's session: message walks the table for those.
 	mig bool
 }
 

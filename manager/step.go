@@ -520,30 +520,15 @@ func (n *namespace) message(s *session, now int64) lease.LeaseResponse {
 	if until := s.lastRecv.Add(n.hold).UnixNano(); until > s.until {
 		s.until = until
 	}
-	if s.msgVersion != s.version+1 && !n.messageFromIndex(s) {
-		var renew, grant []lease.Lease
-		var out, in []lease.Migration
-		var recalls []ring.Range
-		n.arcsOf(s, func(i int) {
-			out, in = n.migrationOrder(i, out, in)
-			r, a := n.table.At(i)
-			if a.st != Granted {
-				if k := len(recalls) - 1; k >= 0 && recalls[k].End == r.Start {
-					recalls[k].End = r.End
-				} else {
-					recalls = append(recalls, r)
-				}
-				return
-			}
-			if a.confirmed {
-				renew = append(renew, lease.Lease{Range: r, Gen: a.gen})
-			} else {
-				grant = append(grant, lease.Lease{Range: r, Gen: a.gen})
-			}
-		})
-		s.renew, s.grant = canonLeases(renew), canonLeases(grant)
-		s.out, s.in = closeMigrations(out), closeMigrations(in)
-		s.recalls = recalls
+	if s.msgVersion != s.version+1 {
+		// The leases come from s's index; only an arc a migration order
+		// may name needs the table (and its peer's session).
+		s.out, s.in = nil, nil
+		if n.leasesFromIndex(s) {
+			var out, in []lease.Migration
+			n.arcsOf(s, func(i int) { out, in = n.migrationOrder(i, out, in) })
+			s.out, s.in = closeMigrations(out), closeMigrations(in)
+		}
 		s.msgVersion = s.version + 1
 	}
 	if len(s.renew)+len(s.grant) > 0 {
@@ -574,20 +559,19 @@ func (n *namespace) message(s *session, now int64) lease.LeaseResponse {
 	return resp
 }
 
-// messageFromIndex builds s's message cache (renewals, grants, recalls)
-// from its index alone, as message's walk of the table would, and reports
-// whether it could: it cannot where an arc may be named by a migration
-// order, and then changes nothing.
-func (n *namespace) messageFromIndex(s *session) bool {
+// leasesFromIndex sets s's message cache of leases (renewals, grants,
+// recalls) from its index alone, runs in ring order, with no read of the
+// table: at R = 65536 the 131 owners a join recalls from hold about 131
+// arcs each, and a binary search and a table read per arc was most of the
+// join's step. It reports whether an arc may be named by a migration order.
+func (n *namespace) leasesFromIndex(s *session) (mig bool) {
 	s.flush()
 	var renew, grant []lease.Lease
 	var recalls []ring.Range
-	mig := false
 	s.mine.Each(func(r ring.Range, v mineArc) {
+		mig = mig || v.mig
 		switch {
-		case mig || v.st == Free:
-		case v.mig:
-			mig = true
+		case v.st == Free:
 		case v.st != Granted:
 			if k := len(recalls) - 1; k >= 0 && recalls[k].End == r.Start {
 				recalls[k].End = r.End
@@ -600,14 +584,8 @@ func (n *namespace) messageFromIndex(s *session) bool {
 			grant = append(grant, lease.Lease{Range: r, Gen: v.gen})
 		}
 	})
-	if mig {
-		return false
-	}
-	s.renew, s.grant = canonLeases(renew), canonLeases(grant)
-	s.out, s.in = nil, nil
-	s.recalls = recalls
-	s.msgVersion = s.version + 1
-	return true
+	s.renew, s.grant, s.recalls = canonLeases(renew), canonLeases(grant), recalls
+	return mig
 }
 
 // canonLeases puts disjoint leases in the canonical order an owner keeps
